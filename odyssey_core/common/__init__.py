@@ -1,0 +1,1 @@
+"""Building blocks shared by every part of the library."""
