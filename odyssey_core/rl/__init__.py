@@ -1,0 +1,1 @@
+"""Reinforcement learning: advantage estimators (more of the RL core lands with its issue)."""
