@@ -1,0 +1,88 @@
+"""The policy-backend contract: observations in, sampled answers with log-probabilities out.
+
+A backend turns a batch of :class:`~odyssey_core.envs.base.Observation` into one
+:class:`Generation` each. RL trainers need, per sampled token, ``log pi(token)`` under the
+exact distribution the token was drawn from, so every backend reports the same quantity:
+
+    logprob = log_softmax(logits / T)[token]   (raw model logits; T = 1 when greedy)
+
+i.e. *before* top-p truncation and repetition penalty. Those two only shape which tokens get
+drawn; leaving them out keeps the log-prob a smooth function of the weights that a trainer
+can recompute with one forward pass (``HFPolicy.score``) and compare to rollout values.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field
+
+from odyssey_core.common.registry import Registry
+from odyssey_core.config import StrictModel
+from odyssey_core.envs.base import Observation
+from odyssey_core.protocol import ParsedResponse
+
+__all__ = ["BACKENDS", "Generation", "GenerationParams", "PolicyBackend", "make_policy"]
+
+FinishReason = Literal["stop", "length"]
+
+
+class GenerationParams(StrictModel):
+    """Sampling settings for one ``generate`` call."""
+
+    temperature: float = Field(default=1.0, ge=0.0, description="0 means greedy decoding")
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, description="nucleus sampling mass")
+    max_new_tokens: int = Field(default=256, ge=1)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, description="1.0 disables it")
+    stop: tuple[str, ...] = Field(default=(), description="extra stop strings (kept in the text)")
+    stop_token_ids: tuple[int, ...] = Field(
+        default=(), description="extra end-of-turn token ids besides the model's own"
+    )
+    seed: int | None = Field(
+        default=None, description="item i of a batch samples with seed + i; None: nondeterministic"
+    )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass
+class Generation:
+    """One sampled answer, with what a trainer needs to score it again."""
+
+    text: str  # the decoded response, special tokens (e.g. <|im_end|>) removed
+    prompt_ids: list[int]  # the prompt tokens, image placeholders expanded, no padding
+    response_ids: list[int]  # sampled tokens, no padding, ending with the eos token if produced
+    logprobs: list[float]  # log pi(token) at the sampling temperature, one per response token
+    finish_reason: FinishReason  # "stop": eos or a stop string; "length": max_new_tokens hit
+    parsed: ParsedResponse
+    prompt_text: str = ""  # the chat-templated prompt before image expansion (for logs)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.response_ids)
+
+
+class PolicyBackend(ABC):
+    """Something that answers observations: a local model, a server, an API."""
+
+    @abstractmethod
+    def generate(
+        self, observations: Sequence[Observation], params: GenerationParams | None = None
+    ) -> list[Generation]:
+        """One :class:`Generation` per observation, in order."""
+
+
+# Lazy "module:Class" entries so listing backends never imports torch or transformers.
+BACKENDS: Registry[type[PolicyBackend]] = Registry("policy backend")
+BACKENDS.register("hf", "odyssey_core.policy.hf:HFPolicy")
+
+
+def make_policy(name: str, **kwargs: Any) -> PolicyBackend:
+    """Build the registered backend ``name`` (e.g. ``make_policy("hf", model=path)``)."""
+    return BACKENDS.get(name)(**kwargs)

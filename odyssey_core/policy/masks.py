@@ -1,0 +1,82 @@
+"""Per-token masks that split a response into its thought and its action.
+
+The parser reports character spans (``thought_span``: the perception/reasoning blocks,
+``answer_span``: the ``<answer>...</answer>`` block). Trainers want them per token, e.g. to
+weight the action tokens differently or to apply a format loss on the thought. A token
+belongs to a span when its characters overlap the span.
+
+Character offsets come from the fast tokenizer's offset mapping when re-tokenizing the text
+gives back exactly the sampled ids (the usual case). A model may sample a non-canonical
+split of the same text; then offsets are rebuilt by decoding growing prefixes of the ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from odyssey_core.protocol import ParsedResponse
+
+__all__ = ["token_char_offsets", "token_masks"]
+
+
+def token_char_offsets(
+    response_text: str, response_ids: Sequence[int], tokenizer: Any
+) -> list[tuple[int, int]]:
+    """``[start, end)`` character offsets of each token in ``response_text``.
+
+    Special tokens (such as the final ``<|im_end|>``) are not part of the decoded text and get
+    an empty span at the end of the text.
+    """
+    ids = [int(i) for i in response_ids]
+    special = set(getattr(tokenizer, "all_special_ids", []))
+    content = [i for i in ids if i not in special]
+
+    offsets: list[tuple[int, int]] | None = None
+    encoded = tokenizer(response_text, add_special_tokens=False, return_offsets_mapping=True)
+    if list(encoded["input_ids"]) == content:
+        offsets = [tuple(pair) for pair in encoded["offset_mapping"]]
+    else:
+        # Non-canonical tokenization: each token ends where the decoded prefix ends. A token
+        # that completes a multi-byte character may extend past the previous end; clamp so
+        # offsets never go backwards.
+        offsets = []
+        start = 0
+        for k in range(1, len(content) + 1):
+            prefix = tokenizer.decode(content[:k], skip_special_tokens=True)
+            end = max(start, min(len(prefix), len(response_text)))
+            offsets.append((start, end))
+            start = end
+
+    result: list[tuple[int, int]] = []
+    it = iter(offsets)
+    end_of_text = len(response_text)
+    for token_id in ids:
+        result.append((end_of_text, end_of_text) if token_id in special else next(it))
+    return result
+
+
+def _overlaps(token: tuple[int, int], span: tuple[int, int] | None) -> bool:
+    if span is None:
+        return False
+    start, end = token
+    return start < end and start < span[1] and end > span[0]
+
+
+def token_masks(
+    response_text: str,
+    response_ids: Sequence[int],
+    tokenizer: Any,
+    parsed: ParsedResponse,
+) -> tuple[list[bool], list[bool]]:
+    """``(thought_mask, action_mask)``: one bool per response token.
+
+    ``parsed`` must come from ``parse_response(response_text)`` so its spans index the same
+    string. Both masks are false for whitespace between blocks, the eos token and text outside
+    the tags; a (rare) token straddling the end of the thought and the start of the answer is
+    in both.
+    """
+    offsets = token_char_offsets(response_text, response_ids, tokenizer)
+    thought = [_overlaps(o, parsed.thought_span) for o in offsets]
+    action = [_overlaps(o, parsed.answer_span) for o in offsets]
+    return thought, action
