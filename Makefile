@@ -1,0 +1,77 @@
+# Two commands for a fresh machine (Debian, Python 3.11, root):
+#   make demo   install everything, then run the main job on the embedded default
+#   make test   install everything, then run the whole test suite
+# Both are idempotent: a second run reinstalls nothing that is already there.
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+BUILD := build
+PACKAGED_ROM := odyssey_core/envs/pyboy/roms/odland.gb
+BUILT_ROM := $(BUILD)/odland.gb
+DEMO_OUT ?= out
+APT_PACKAGES := sdcc
+TORCH ?= torch==2.13.0
+STAMP := $(VENV)/.odyssey-installed
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export GX_ANALYTICS_ENABLED := false
+
+.PHONY: demo test setup system-deps rom rom-check rom-update lint format bench clean
+
+demo: setup
+	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
+
+test: setup rom-check lint
+	$(PY) -m pytest
+
+setup: system-deps $(STAMP)
+
+# Debian packages: only what is missing, with one `apt-get update` when needed.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
+	  echo "installing Debian packages:$$missing"; \
+	  $$SUDO apt-get install -y --no-install-recommends $$missing \
+	    || { $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends $$missing; }; \
+	fi
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+# The package and its dev tools, reinstalled when pyproject.toml changes. torch comes first and
+# pinned: that is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet -e '.[dev]'
+	touch $@
+
+# Rebuild the open ROM from C and fail when it differs from the one the package ships.
+rom: system-deps
+	$(MAKE) -C roms/odland OUT=$(abspath $(BUILT_ROM))
+
+rom-check: rom
+	@cmp $(BUILT_ROM) $(PACKAGED_ROM) \
+	  || { echo "odland: $(BUILT_ROM) differs from $(PACKAGED_ROM); after changing roms/odland, run 'make rom-update'"; exit 1; }
+	@echo "odland ROM: rebuilt from source, identical to the packaged one"
+
+rom-update: rom
+	cp $(BUILT_ROM) $(PACKAGED_ROM)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: setup
+	$(PY) bench/env_throughput.py
+
+clean:
+	rm -rf $(BUILD) roms/odland/build .pytest_cache .ruff_cache

@@ -1,0 +1,287 @@
+"""A Game Boy platformer as a turn-based environment, with the Odysseus turn semantics.
+
+A turn presses at most two buttons, holds them ``jump_hold_frames`` (15) frames when ``a`` is
+among them and ``hold_frames`` (5) otherwise, releases them and runs ``settle_frames`` (1)
+more frame, the last of which is rendered as the next observation. The reward is
+``reward_scale`` (10) times the progress gained on a turn where no life is lost, 0 on a turn
+that loses one; the episode terminates on a death or at the goal, and is truncated after
+``max_turns`` turns.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from pyboy import PyBoy
+
+from odyssey_core.config import GameBoyEnvConfig
+from odyssey_core.envs.base import Observation, StepResult, TurnEnv
+from odyssey_core.envs.pyboy.game import GameBoyGame, GameSnapshot
+from odyssey_core.protocol import (
+    GAMEBOY_SPACE,
+    ParsedResponse,
+    build_turn_text,
+    parse_response,
+    resolve_action,
+)
+
+SCREEN_SHAPE = (144, 160, 3)
+_STATE_MAGIC = b"ODYSSEY-GBSTATE1"
+
+
+def new_emulator(rom_path: str) -> PyBoy:
+    """A headless, silent, full-speed emulator."""
+    pyboy = PyBoy(rom_path, window="null", sound_emulated=False, cgb=False, log_level="ERROR")
+    pyboy.set_emulation_speed(0)
+    return pyboy
+
+
+def emulator_state(pyboy: PyBoy) -> bytes:
+    buffer = io.BytesIO()
+    pyboy.save_state(buffer)
+    return buffer.getvalue()
+
+
+def screen_rgb(pyboy: PyBoy) -> np.ndarray:
+    """A copy of the last rendered frame, uint8 [144, 160, 3]."""
+    return np.array(pyboy.screen.ndarray[:, :, :3], dtype=np.uint8, copy=True)
+
+
+def pack_state(emulator: bytes, frame: np.ndarray, meta: dict[str, Any]) -> bytes:
+    """An env state: the emulator's state plus the frame on screen and the episode counters."""
+    header = json.dumps(meta, sort_keys=True).encode()
+    pixels = zlib.compress(np.ascontiguousarray(frame).tobytes(), 1)
+    return b"".join(
+        (_STATE_MAGIC, struct.pack("<II", len(header), len(pixels)), header, pixels, emulator)
+    )
+
+
+def unpack_state(state: bytes) -> tuple[bytes, np.ndarray | None, dict[str, Any]]:
+    """Inverse of :func:`pack_state`; a bare PyBoy state comes back with no frame and no meta."""
+    if not state.startswith(_STATE_MAGIC):
+        return state, None, {}
+    offset = len(_STATE_MAGIC)
+    header_len, pixels_len = struct.unpack_from("<II", state, offset)
+    offset += 8
+    meta = json.loads(state[offset : offset + header_len])
+    offset += header_len
+    frame = np.frombuffer(zlib.decompress(state[offset : offset + pixels_len]), dtype=np.uint8)
+    offset += pixels_len
+    return state[offset:], frame.reshape(SCREEN_SHAPE).copy(), meta
+
+
+class GameBoyEnv(TurnEnv):
+    """One level of a Game Boy platformer; see the module docstring for the turn semantics."""
+
+    def __init__(self, game: GameBoyGame, config: GameBoyEnvConfig) -> None:
+        self.game = game
+        self.config = config
+        self.level = game.check_level(config.level)
+        self.env_id = f"{game.name}-{self.level}"
+        self.rom_path = str(game.rom_path())  # fails here, at make time, for a bad ROM
+        self.action_space_spec = GAMEBOY_SPACE
+        self.legal_actions = self.action_space_spec.legal_actions()
+        self.action_space = gymnasium.spaces.Discrete(len(self.legal_actions))
+        self.observation_space = gymnasium.spaces.Box(0, 255, SCREEN_SHAPE, np.uint8)
+        self._pyboy: PyBoy | None = None
+        self._level_starts: dict[str, bytes] = {}
+        self._frame: np.ndarray | None = None
+        self._snapshot: GameSnapshot | None = None
+        self._turn = 0
+        self._fallbacks = 0
+        self._done = True
+
+    # -- emulator plumbing -------------------------------------------------------------------
+
+    @property
+    def pyboy(self) -> PyBoy:
+        if self._pyboy is None:
+            self._pyboy = new_emulator(self.rom_path)
+        return self._pyboy
+
+    def _level_start_state(self, level: str) -> bytes:
+        """The packed state at the level's first controllable frame, made once per level."""
+        if level not in self._level_starts:
+            scratch = new_emulator(self.rom_path)
+            try:
+                self.game.start_level(scratch, level)
+                if self.config.start_lives is not None:
+                    self._set_start_lives(scratch, self.config.start_lives)
+                scratch.tick(1, True)
+                self._level_starts[level] = pack_state(
+                    emulator_state(scratch), screen_rgb(scratch), {"level": level, "turn": 0}
+                )
+            finally:
+                scratch.stop(save=False)
+        return self._level_starts[level]
+
+    def _set_start_lives(self, pyboy: PyBoy, lives: int) -> None:
+        setter = getattr(self.game, "set_lives", None)
+        if setter is None:
+            raise ValueError(f"{self.game.name} does not support start_lives")
+        setter(pyboy, lives)
+
+    def _restore(self, state: bytes) -> dict[str, Any]:
+        emulator, frame, meta = unpack_state(state)
+        self.pyboy.load_state(io.BytesIO(emulator))
+        if frame is None:  # a bare emulator state carries no picture: render one frame
+            self.pyboy.tick(1, True)
+            frame = screen_rgb(self.pyboy)
+        self._frame = frame
+        self._snapshot = self.game.read(self.pyboy, self.level)
+        return meta
+
+    # -- the Gymnasium API ---------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Observation, dict[str, Any]]:
+        """Start an episode at the level start, or from ``options["state"]`` (bytes).
+
+        ``options["level"]`` switches the level for this and later episodes.
+        """
+        super().reset(seed=seed)
+        options = options or {}
+        if "level" in options:
+            self.level = self.game.check_level(options["level"])
+            self.env_id = f"{self.game.name}-{self.level}"
+        state = options.get("state")
+        meta = self._restore(state if state is not None else self._level_start_state(self.level))
+        if "level" in meta and meta["level"] in self.game.levels:
+            self.level = meta["level"]
+        self._turn = 0
+        self._fallbacks = 0
+        self._done = False
+        return self._observation(), self._info(self._snapshot, buttons=(), invalid=False)
+
+    def step(self, action: Any) -> StepResult:
+        if self._done:
+            raise RuntimeError(f"{self.env_id}: the episode has ended; call reset() before step()")
+        buttons, invalid, parse_error = self._resolve(action)
+        self._press(buttons)
+        before, after = self._snapshot, self.game.read(self.pyboy, self.level)
+        self._frame = screen_rgb(self.pyboy)
+        self._snapshot = after
+        self._turn += 1
+        if invalid:
+            self._fallbacks += 1
+
+        life_lost = after.dead or after.game_over or after.lives < before.lives
+        reward = 0.0 if life_lost else self.config.reward_scale * (after.progress - before.progress)
+        terminated = life_lost or after.goal_reached
+        truncated = not terminated and self._turn >= self.config.max_turns
+        self._done = terminated or truncated
+        info = self._info(after, buttons=buttons, invalid=invalid)
+        info.update(life_lost=life_lost, parse_error=parse_error)
+        return self._observation(), float(reward), terminated, truncated, info
+
+    def render(self) -> np.ndarray:  # type: ignore[override]
+        if self._frame is None:
+            raise RuntimeError(f"{self.env_id}: nothing to render before reset()")
+        return self._frame.copy()
+
+    def close(self) -> None:
+        if self._pyboy is not None:
+            self._pyboy.stop(save=False)
+            self._pyboy = None
+
+    # -- save states ---------------------------------------------------------------------------
+
+    @property
+    def supports_save_state(self) -> bool:
+        return True
+
+    def save_state(self) -> bytes:
+        """The whole env state (emulator, frame on screen, turn and fallback counters)."""
+        if self._frame is None:
+            raise RuntimeError(f"{self.env_id}: nothing to save before reset()")
+        meta = {
+            "level": self.level,
+            "turn": self._turn,
+            "fallbacks": self._fallbacks,
+            "done": self._done,
+        }
+        return pack_state(emulator_state(self.pyboy), self._frame, meta)
+
+    def load_state(self, state: bytes) -> None:
+        """Continue the episode from ``state`` as if it had never left it."""
+        meta = self._restore(state)
+        self.level = meta.get("level", self.level)
+        self._turn = int(meta.get("turn", 0))
+        self._fallbacks = int(meta.get("fallbacks", 0))
+        self._done = bool(meta.get("done", False))
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _resolve(self, action: Any) -> tuple[tuple[str, ...], bool, str | None]:
+        """Turn any accepted action form into buttons; model text may fall back, code may not."""
+        space = self.action_space_spec
+        if isinstance(action, str | ParsedResponse):
+            parsed = action if isinstance(action, ParsedResponse) else parse_response(action, space)
+            buttons, fell_back = resolve_action(
+                parsed, space, self.config.invalid_action, self.np_random
+            )
+            return buttons, fell_back, parsed.error
+        if isinstance(action, int | np.integer):
+            if not 0 <= int(action) < len(self.legal_actions):
+                raise ValueError(
+                    f"action index {action} is out of range; there are {len(self.legal_actions)} "
+                    "legal actions (see env.legal_actions)"
+                )
+            return self.legal_actions[int(action)], False, None
+        if isinstance(action, Sequence):
+            unknown = [b for b in action if b not in space.buttons]
+            if unknown or not action:
+                raise ValueError(
+                    f"illegal buttons {list(action)!r}; "
+                    f"use 1-{space.max_buttons} of {space.buttons}"
+                )
+            buttons = space.normalize(action)
+            if len(buttons) > space.max_buttons:
+                raise ValueError(f"at most {space.max_buttons} buttons per turn, got {buttons}")
+            return buttons, False, None
+        raise TypeError(
+            f"unsupported action {action!r}: give model text, a ParsedResponse, button names "
+            "or an index into env.legal_actions"
+        )
+
+    def _press(self, buttons: tuple[str, ...]) -> None:
+        pyboy = self.pyboy
+        pressed = [b for b in buttons if b != "noop"]
+        hold = self.config.jump_hold_frames if "a" in pressed else self.config.hold_frames
+        for button in pressed:
+            pyboy.button_press(button)
+        pyboy.tick(hold, False)
+        for button in pressed:
+            pyboy.button_release(button)
+        pyboy.tick(self.config.settle_frames, True)
+
+    def _observation(self) -> Observation:
+        assert self._frame is not None
+        return Observation(image=self._frame, text=build_turn_text(self.level, self._turn))
+
+    def _info(
+        self, snapshot: GameSnapshot | None, *, buttons: tuple[str, ...], invalid: bool
+    ) -> dict[str, Any]:
+        assert snapshot is not None
+        return {
+            "game": self.game.name,
+            "level": self.level,
+            "progress": snapshot.progress,
+            "max_progress": self.game.max_progress(self.level),
+            "lives": snapshot.lives,
+            "goal_reached": snapshot.goal_reached,
+            "game_over": snapshot.game_over,
+            "buttons": buttons,
+            "invalid_action": invalid,
+            "fallback_count": self._fallbacks,
+            "turn": self._turn,
+            **snapshot.extras,
+        }

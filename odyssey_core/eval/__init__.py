@@ -1,0 +1,1 @@
+"""Playing and looking at episodes: episode runner and annotated videos."""
