@@ -51,7 +51,12 @@ def emulator_state(pyboy: PyBoy) -> bytes:
 
 def screen_rgb(pyboy: PyBoy) -> np.ndarray:
     """A copy of the last rendered frame, uint8 [144, 160, 3]."""
-    return np.array(pyboy.screen.ndarray[:, :, :3], dtype=np.uint8, copy=True)
+    rgba = pyboy.screen.ndarray
+    rgb = np.empty(SCREEN_SHAPE, dtype=np.uint8)
+    # Channel by channel is several times faster than copying the strided [:, :, :3] view.
+    for channel in range(3):
+        rgb[:, :, channel] = rgba[:, :, channel]
+    return rgb
 
 
 def pack_state(emulator: bytes, frame: np.ndarray, meta: dict[str, Any]) -> bytes:
