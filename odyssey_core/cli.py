@@ -87,8 +87,10 @@ def play_command(
 
 def _attach_groups() -> None:
     from odyssey_core.models.cli import model_group
+    from odyssey_core.serve.cli import serve_command
 
     main.add_command(model_group, "model")
+    main.add_command(serve_command, "serve")
 
 
 _attach_groups()

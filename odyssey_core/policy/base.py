@@ -81,6 +81,8 @@ class PolicyBackend(ABC):
 # Lazy "module:Class" entries so listing backends never imports torch or transformers.
 BACKENDS: Registry[type[PolicyBackend]] = Registry("policy backend")
 BACKENDS.register("hf", "odyssey_core.policy.hf:HFPolicy")
+BACKENDS.register("openai", "odyssey_core.policy.openai_backend:OpenAIPolicy")
+BACKENDS.register("vllm", "odyssey_core.policy.vllm_backend:VLLMPolicy")
 
 
 def make_policy(name: str, **kwargs: Any) -> PolicyBackend:
