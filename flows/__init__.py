@@ -1,0 +1,1 @@
+"""Prefect flows: what users run with `prefect deployment run <flow>/<deployment>`."""
