@@ -36,7 +36,11 @@ DEFAULT_ACTIONS: tuple[tuple[str, ...], ...] = (
 
 def _state_key(observation: Observation, info: dict[str, Any]) -> Any:
     """What identifies a game situation: the player's place and motion when the env reports
-    them (platformers), else the picture itself."""
+    them (platformers), else the picture itself. It serves to merge states in the search and
+    to notice that the real env has left the plan.
+
+    For platformers the RAM facts are the identity, not the picture: PyBoy renders the first
+    frame after a state load slightly differently (the HUD row)."""
     if "player_y" in info:
         objects = tuple((o["kind"], o["x"], o["y"]) for o in info.get("objects", ()))
         return (
@@ -46,26 +50,13 @@ def _state_key(observation: Observation, info: dict[str, Any]) -> Any:
             info.get("camera_x"),
             objects,
         )
-    # PyBoy renders the first frame after a state load slightly differently (the HUD row),
-    # so for platformers the RAM facts above are the identity, not the picture.
     return (info.get("progress"), hash(observation.image.tobytes()))
-
-
-@dataclass(frozen=True)
-class _Sight:
-    """Where the env was after a turn; a replay that arrives elsewhere has left the plan."""
-
-    key: Any
-
-    @classmethod
-    def of(cls, observation: Observation, info: dict[str, Any]) -> _Sight:
-        return cls(_state_key(observation, info))
 
 
 @dataclass
 class _Node:
     action: tuple[str, ...] | None  # the action that led here (None at the root)
-    sight: _Sight | None  # what the env showed on arriving here
+    key: Any  # the state key on arriving here
     progress: float
     stall: int  # turns since progress last grew
     anchor: bytes | None  # a saved state of this node, every few depths
@@ -89,31 +80,31 @@ class SearchExpert(Agent):
         self.max_stall = max_stall
         self.anchor_every = anchor_every
         self._plan: list[tuple[str, ...]] = []
-        self._sights: list[_Sight] = []  # what each planned action should lead to
-        self._last_sight: _Sight | None = None
+        self._keys: list[Any] = []  # what each planned action should lead to
+        self._last_key: Any = None
         self.expanded = 0  # simulated turns over the expert's life, for cost reporting
         self.searches = 0
         self.last_search_reached_goal = False
 
     def reset(self, env: TurnEnv, seed: int | None = None) -> None:
-        self._plan, self._sights, self._last_sight = [], [], None
+        self._plan, self._keys, self._last_key = [], [], None
 
     def act(self, env: TurnEnv, observation: Observation, info: dict[str, Any]) -> tuple[str, ...]:
         if not env.supports_save_state:
             raise TypeError(f"the search expert needs an env with save/load state, not {env!r}")
-        here = _Sight.of(observation, info) if observation is not None else None
-        if self._plan and (here is None or here != self._last_sight):
-            self._plan, self._sights = [], []  # the env is not where the plan expects it
+        here = _state_key(observation, info) if observation is not None else None
+        if self._plan and (here is None or here != self._last_key):
+            self._plan, self._keys = [], []  # the env is not where the plan expects it
         if not self._plan:
-            self._plan, self._sights = self.plan(env)
+            self._plan, self._keys = self.plan(env)
             if not self._plan:  # nothing survives: any action will do
-                self._plan, self._sights = [self.actions[0]], [None]  # type: ignore[list-item]
-        self._last_sight = self._sights.pop(0)
+                self._plan, self._keys = [self.actions[0]], [None]
+        self._last_key = self._keys.pop(0)
         return self._plan.pop(0)
 
     # -- search --------------------------------------------------------------------------------
 
-    def plan(self, env: TurnEnv) -> tuple[list[tuple[str, ...]], list[_Sight]]:
+    def plan(self, env: TurnEnv) -> tuple[list[tuple[str, ...]], list[Any]]:
         """Search from the env's current state and return the chosen line with what the env
         should show after each of its actions. The env is left exactly where it was."""
         root_state = env.save_state()
@@ -123,9 +114,7 @@ class SearchExpert(Agent):
         finally:
             env.load_state(root_state)
 
-    def _search(
-        self, env: TurnEnv, root_state: bytes
-    ) -> tuple[list[tuple[str, ...]], list[_Sight]]:
+    def _search(self, env: TurnEnv, root_state: bytes) -> tuple[list[tuple[str, ...]], list[Any]]:
         stack = [_Node(None, None, float("-inf"), 0, anchor=root_state)]
         seen: set[Any] = set()
         best: list[_Node] = []
@@ -150,7 +139,7 @@ class SearchExpert(Agent):
                 continue
             progress = float(info.get("progress", 0))
             stall = 0 if progress > top.progress else top.stall + 1
-            child = _Node(action, _Sight.of(observation, info), progress, stall, anchor=None)
+            child = _Node(action, _state_key(observation, info), progress, stall, anchor=None)
             if info.get("goal_reached"):
                 self.last_search_reached_goal = True
                 best = [*stack[1:], child]
@@ -166,7 +155,7 @@ class SearchExpert(Agent):
             stack.append(child)
             at_top = True
         self.expanded += nodes
-        return [n.action for n in best], [n.sight for n in best]  # type: ignore[misc]
+        return [n.action for n in best], [n.key for n in best]  # type: ignore[misc]
 
     @staticmethod
     def _restore(env: TurnEnv, stack: list[_Node]) -> None:
