@@ -12,9 +12,15 @@ WORKDIR /opt/odyssey
 COPY pyproject.toml README.md DESIGN.md ./
 COPY odyssey_core ./odyssey_core
 COPY configs ./configs
-RUN pip install --upgrade pip && pip install .
+COPY flows ./flows
+COPY tasks ./tasks
+COPY prefect.yaml ./
+# torch first and pinned to the CPU build; a GPU image swaps this line for a CUDA build.
+RUN pip install --upgrade pip && pip install torch==2.13.0 && pip install .
 
 # Presets are looked up here when the package is installed outside the repository.
-ENV ODYSSEY_CONFIG_DIR=/opt/odyssey/configs
+ENV ODYSSEY_CONFIG_DIR=/opt/odyssey/configs \
+    ODYSSEY_HOME=/opt/odyssey \
+    PYTHONPATH=/opt/odyssey
 ENTRYPOINT ["odyssey"]
 CMD ["--help"]

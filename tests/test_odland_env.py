@@ -192,3 +192,17 @@ def test_gymnasium_make(odland_rom) -> None:
         assert env.observation_space.contains(observation) and reward > 0
     finally:
         env.close()
+
+
+def test_a_fresh_env_renders_its_first_turn_like_a_replay(odland_rom) -> None:
+    # PyBoy does not save its window-line counter; a fresh emulator must not draw the HUD
+    # one line off on its first rendered turn.
+    env = make_env("odland-1-1", max_turns=10)
+    try:
+        env.reset(seed=0)
+        start = env.save_state()
+        first = env.step(("b", "right"))[0].image
+        env.load_state(start)
+        assert np.array_equal(first, env.step(("b", "right"))[0].image)
+    finally:
+        env.close()

@@ -33,6 +33,8 @@ from odyssey_core.protocol import (
 )
 
 SCREEN_SHAPE = (144, 160, 3)
+LCDC = 0xFF40  # LCD control register; bit 7 = display on
+LCD_WARMUP_FRAMES = 60
 _STATE_MAGIC = b"ODYSSEY-GBSTATE1"
 
 
@@ -40,6 +42,15 @@ def new_emulator(rom_path: str) -> PyBoy:
     """A headless, silent, full-speed emulator."""
     pyboy = PyBoy(rom_path, window="null", sound_emulated=False, cgb=False, log_level="ERROR")
     pyboy.set_emulation_speed(0)
+    # PyBoy's renderer starts its window-line counter at 0 but leaves it at -1 after every
+    # frame rendered with the LCD on, and save states do not carry it. Render until the boot
+    # ROM has the LCD on, so the first observation of a fresh emulator draws the window (the
+    # HUD) like every later one.
+    for _ in range(LCD_WARMUP_FRAMES):
+        pyboy.tick(1, True)
+        if pyboy.memory[LCDC] & 0x80:
+            pyboy.tick(1, True)
+            break
     return pyboy
 
 
