@@ -47,6 +47,13 @@ class GameBoyEnvConfig(StrictModel):
         default="noop",
         description="what an unparsable answer does: press nothing or a random legal action",
     )
+    max_code_buttons: int = Field(
+        default=2,
+        ge=1,
+        le=6,
+        description="buttons a tuple action from code may press at once; model answers stay at "
+        "two (the classical baseline's engineered actions need three)",
+    )
     start_lives: int | None = Field(
         default=None,
         ge=1,

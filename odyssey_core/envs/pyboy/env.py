@@ -256,12 +256,14 @@ class GameBoyEnv(TurnEnv):
             unknown = [b for b in action if b not in space.buttons]
             if unknown or not action:
                 raise ValueError(
-                    f"illegal buttons {list(action)!r}; "
-                    f"use 1-{space.max_buttons} of {space.buttons}"
+                    f"illegal buttons {list(action)!r}; use buttons from {space.buttons}"
                 )
             buttons = space.normalize(action)
-            if len(buttons) > space.max_buttons:
-                raise ValueError(f"at most {space.max_buttons} buttons per turn, got {buttons}")
+            if len(buttons) > self.config.max_code_buttons:
+                raise ValueError(
+                    f"at most {self.config.max_code_buttons} buttons per turn, got {buttons} "
+                    "(env.max_code_buttons raises the limit for code, e.g. classical baselines)"
+                )
             return buttons, False, None
         raise TypeError(
             f"unsupported action {action!r}: give model text, a ParsedResponse, button names "
