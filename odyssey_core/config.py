@@ -82,11 +82,13 @@ def available_presets() -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml")) if directory.is_dir() else []
 
 
-def _deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` laid over ``base``, section by section (nested dicts merge, the rest
+    replaces)."""
     merged = dict(base)
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _deep_merge(merged[key], value)
+            merged[key] = deep_merge(merged[key], value)
         else:
             merged[key] = value
     return merged
@@ -109,7 +111,7 @@ def load_config(
         raise ValueError(
             f"{path}: a preset must be a mapping of sections, got {type(data).__name__}"
         )
-    data = _deep_merge(data, overrides or {})
+    data = deep_merge(data, overrides or {})
     try:
         return OdysseyConfig.model_validate(data)
     except ValidationError as err:

@@ -30,7 +30,7 @@ import yaml
 from PIL import Image
 from pydantic import Field, ValidationError, model_validator
 
-from odyssey_core.config import GameBoyEnvConfig, StrictModel
+from odyssey_core.config import GameBoyEnvConfig, StrictModel, deep_merge
 from odyssey_core.envs.base import Observation, TurnEnv
 
 ActionSetName = Literal["original", "engineered"]
@@ -153,21 +153,11 @@ def load_sb3_ppo_settings(
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a preset must be a mapping, got {type(data).__name__}")
-    data = _merge(data, overrides or {})
+    data = deep_merge(data, overrides or {})
     try:
         return SB3PPOSettings.model_validate(data)
     except ValidationError as err:
         raise ValueError(f"invalid baseline preset {path}:\n{err}") from None
-
-
-def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 # -- the environment as SB3 sees it ------------------------------------------------------------

@@ -68,6 +68,21 @@ class Generation:
         return len(self.response_ids)
 
 
+def turn_messages(
+    system_prompt: str, text: str, image_part: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The chat for one turn, the same for every backend: the system prompt, then the frame
+    and the task text. ``image_part`` is the backend's image entry (a placeholder for local
+    processors, a data URL for HTTP APIs)."""
+    return [
+        {"role": "system", "content": system_prompt},
+        {
+            "role": "user",
+            "content": [image_part or {"type": "image"}, {"type": "text", "text": text}],
+        },
+    ]
+
+
 class PolicyBackend(ABC):
     """Something that answers observations: a local model, a server, an API."""
 

@@ -22,7 +22,7 @@ from PIL import Image
 from odyssey_core.envs.base import Observation
 from odyssey_core.models.loading import ModelConfig, load_model, load_processor
 from odyssey_core.models.processor import prepare_frame
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend
+from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
 from odyssey_core.protocol import get_system_prompt, parse_response
 
 __all__ = ["HFPolicy"]
@@ -130,13 +130,7 @@ class HFPolicy(PolicyBackend):
 
     def messages(self, observation: Observation) -> list[dict[str, Any]]:
         """The chat for one turn: system prompt, then the frame and the task text."""
-        return [
-            {"role": "system", "content": self.system_prompt},
-            {
-                "role": "user",
-                "content": [{"type": "image"}, {"type": "text", "text": observation.text}],
-            },
-        ]
+        return turn_messages(self.system_prompt, observation.text)
 
     def prompt_text(self, observation: Observation) -> str:
         return self.processor.apply_chat_template(

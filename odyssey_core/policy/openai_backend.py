@@ -45,7 +45,7 @@ import numpy as np
 from PIL import Image
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend
+from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
 from odyssey_core.protocol import get_system_prompt, parse_response
 
 __all__ = [
@@ -241,16 +241,8 @@ class OpenAIPolicy(PolicyBackend):
 
     def messages(self, observation: Observation) -> list[dict[str, Any]]:
         """System prompt, then the frame and the task text (the order HFPolicy uses)."""
-        return [
-            {"role": "system", "content": self.system_prompt},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "image_url", "image_url": {"url": self.image_url(observation)}},
-                    {"type": "text", "text": observation.text},
-                ],
-            },
-        ]
+        image = {"type": "image_url", "image_url": {"url": self.image_url(observation)}}
+        return turn_messages(self.system_prompt, observation.text, image)
 
     def request_kwargs(self, params: GenerationParams, seed: int | None) -> dict[str, Any]:
         """Keyword arguments for ``chat.completions.create`` (besides model and messages)."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend
+from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
 from odyssey_core.protocol import get_system_prompt, parse_response
 
 __all__ = ["VLLM_INSTALL_HINT", "VLLMPolicy", "import_vllm", "sampling_kwargs"]
@@ -100,13 +100,7 @@ class VLLMPolicy(PolicyBackend):
 
     def messages(self, observation: Observation) -> list[dict[str, Any]]:
         """The chat for one turn, as HFPolicy builds it."""
-        return [
-            {"role": "system", "content": self.system_prompt},
-            {
-                "role": "user",
-                "content": [{"type": "image"}, {"type": "text", "text": observation.text}],
-            },
-        ]
+        return turn_messages(self.system_prompt, observation.text)
 
     def prompt_text(self, observation: Observation) -> str:
         return self.tokenizer.apply_chat_template(
