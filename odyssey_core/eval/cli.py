@@ -1,0 +1,99 @@
+"""``odyssey eval SUITE --agent ...``: run an evaluation suite and write its report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("eval")
+@click.argument("suite")
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    required=True,
+    help="expert | random | hf:PATH | openai:MODEL@BASE_URL (repeat for several rows)",
+)
+@click.option("--base", "base_agent", default=None, help="row label to measure improvement against")
+@click.option("--runs", type=int, default=None, help="from-start episodes per level")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("runs/eval"),
+    show_default=True,
+)
+@click.option("--seed", type=int, default=None, help="suite seed (default: the suite's)")
+@click.option("--max-turns", type=int, default=None, help="turn limit (default: the suite's)")
+@click.option("--workers", type=int, default=None, help="subprocess envs (default: the suite's)")
+@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--expert-nodes", type=int, default=4000, show_default=True)
+@click.option("--section", "sections", multiple=True, help="only these sections")
+@click.option("--no-videos", is_flag=True, help="skip the episode videos")
+def eval_command(
+    suite: str,
+    agents: tuple[str, ...],
+    base_agent: str | None,
+    runs: int | None,
+    out_dir: Path,
+    seed: int | None,
+    max_turns: int | None,
+    workers: int | None,
+    temperature: float,
+    max_new_tokens: int,
+    expert_nodes: int,
+    sections: tuple[str, ...],
+    no_videos: bool,
+) -> None:
+    """Evaluate agents on SUITE (a name under configs/eval, e.g. odland, or a YAML path)."""
+    from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
+    from odyssey_core.eval.report import terminal_report, write_report
+    from odyssey_core.eval.runner import evaluate_suite
+    from odyssey_core.eval.suites import load_suite
+    from odyssey_core.policy.base import GenerationParams
+
+    overrides: dict = {}
+    for key, value in (("seed", seed), ("max_turns", max_turns), ("workers", workers)):
+        if value is not None:
+            overrides[key] = value
+    if base_agent is not None:
+        overrides["base_agent"] = base_agent
+    if no_videos:
+        overrides["videos"] = 0
+    try:
+        config = load_suite(suite, overrides)
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    if sections:
+        unknown = set(sections) - {s.name for s in config.sections}
+        if unknown:
+            raise click.ClickException(f"unknown sections {sorted(unknown)}")
+        config = config.model_copy(
+            update={"sections": [s for s in config.sections if s.name in sections]}
+        )
+    params = GenerationParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    built = []
+    for text in agents:
+        try:
+            spec = parse_agent_spec(
+                text, **({"max_nodes": expert_nodes} if text == "expert" else {})
+            )
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+        built.append(
+            build_policy_agent(spec, config.game, params) if spec.kind == "policy" else spec
+        )
+    results = evaluate_suite(
+        config,
+        built,
+        runs=runs,
+        states_cache=out_dir / "states",
+        show_progress=True,
+        log=click.echo,
+    )
+    files = write_report(results, out_dir, videos=not no_videos)
+    click.echo(terminal_report(results))
+    click.echo(f"report: {files.markdown} and {files.html} ({len(files.metrics)} metrics)")
