@@ -87,6 +87,7 @@ def play_command(
 
 def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
+    from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
     from odyssey_core.serve.cli import serve_command
@@ -95,6 +96,7 @@ def _attach_groups() -> None:
     main.add_command(serve_command, "serve")
     main.add_command(baseline_group, "baseline")
     main.add_command(eval_command, "eval")
+    main.add_command(curate_group, "curate")
 
 
 _attach_groups()

@@ -1,0 +1,195 @@
+"""The curation pipeline (record or import -> sample -> annotate -> validate -> build) and its
+``odyssey curate`` commands.
+
+Every stage reads the previous stage's files under ``--out`` and writes its own folder, so a
+stage can be rerun alone (``annotate`` again after a crash pays only for uncached frames)::
+
+    OUT/walkthroughs/   videos, sidecars, states, walkthrough records
+    OUT/samples/        frames/<hash>.png and samples.parquet
+    OUT/annotations/    annotations.parquet, teacher_metrics.json, cache/ (API teachers)
+    OUT/validation/     validated.parquet, validation.json/html, quarantine.parquet
+    OUT/dataset/        the SFT dataset folder (see odyssey_core.data.dataset)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+import yaml
+from pydantic import Field, ValidationError
+
+from odyssey_core.config import GameName, StrictModel, config_dir, deep_merge
+from odyssey_core.data.dataset import read_json, read_table, write_dataset, write_table
+from odyssey_core.data.sampling import SamplingConfig, load_samples, sample_frames
+from odyssey_core.data.teachers import TeacherConfig, annotate_frames, make_teacher
+from odyssey_core.data.validation import ValidationConfig, validate_annotations
+from odyssey_core.data.walkthroughs import (
+    ImportConfig,
+    RecordConfig,
+    import_video,
+    load_walkthroughs,
+    record_walkthroughs,
+)
+
+__all__ = [
+    "CurateConfig",
+    "curate",
+    "curate_group",
+    "load_curate_config",
+    "run_annotate",
+    "run_build",
+    "run_record",
+    "run_sample",
+    "run_validate",
+]
+
+STAGES = ("walkthroughs", "samples", "annotations", "validation", "dataset")
+
+
+class CurateConfig(StrictModel):
+    """The whole curation run (``configs/curate/*.yaml``)."""
+
+    name: str = "curate"
+    game: GameName = "odland"
+    source: Literal["record", "import"] = "record"
+    record: RecordConfig = RecordConfig()
+    imports: list[ImportConfig] = Field(default_factory=list, description="for source: import")
+    sampling: SamplingConfig = SamplingConfig()
+    teacher: TeacherConfig = TeacherConfig()
+    validation: ValidationConfig = ValidationConfig()
+    val_share: float = Field(default=0.1, ge=0, lt=1)
+    show_progress: bool = True
+
+
+def load_curate_config(
+    preset: str | Path = "tiny", overrides: dict[str, Any] | None = None
+) -> CurateConfig:
+    """A preset name under ``configs/curate/`` or a YAML path, plus nested overrides."""
+    path = Path(preset)
+    if path.suffix not in {".yaml", ".yml"}:
+        path = config_dir() / "curate" / f"{preset}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"curation config {str(preset)!r} not found at {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    data = deep_merge(data, overrides or {})
+    try:
+        return CurateConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"invalid curation config in {path}:\n{err}") from None
+
+
+def _dir(out: str | Path, stage: str) -> Path:
+    path = Path(out) / stage
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def run_record(config: CurateConfig, out: str | Path) -> Path:
+    """Record (or import) the walkthroughs into OUT/walkthroughs."""
+    target = _dir(out, "walkthroughs")
+    if config.source == "record":
+        record = config.record.model_copy(update={"game": config.game})
+        record_walkthroughs(record, target, show_progress=config.show_progress)
+    else:
+        if not config.imports:
+            raise ValueError("source: import needs at least one entry under imports")
+        for item in config.imports:
+            import_video(item, target)
+    return target
+
+
+def run_sample(config: CurateConfig, out: str | Path) -> Path:
+    walkthroughs = load_walkthroughs(Path(out) / "walkthroughs")
+    if not walkthroughs:
+        raise FileNotFoundError(f"no walkthroughs under {Path(out) / 'walkthroughs'}; run record")
+    sampling = config.sampling.model_copy(update={"show_progress": config.show_progress})
+    target = _dir(out, "samples")
+    sample_frames(walkthroughs, target, sampling)
+    return target
+
+
+def run_annotate(config: CurateConfig, out: str | Path) -> Path:
+    samples_dir = Path(out) / "samples"
+    frames = load_samples(samples_dir)
+    target = _dir(out, "annotations")
+    teacher = make_teacher(config.teacher, game=config.game)
+    annotate_frames(teacher, frames, samples_dir, target)
+    return target
+
+
+def run_validate(config: CurateConfig, out: str | Path) -> Path:
+    rows = read_table(Path(out) / "annotations" / "annotations.parquet")
+    target = _dir(out, "validation")
+    outcome = validate_annotations(
+        rows, Path(out) / "samples", target, config.validation, game=config.game
+    )
+    write_table(target / "validated.parquet", outcome.passed)
+    return target
+
+
+def run_build(config: CurateConfig, out: str | Path) -> Path:
+    validation = Path(out) / "validation"
+    rows = read_table(validation / "validated.parquet")
+    quarantine_path = validation / "quarantine.parquet"
+    quarantine = read_table(quarantine_path) if quarantine_path.is_file() else []
+    metrics_path = Path(out) / "annotations" / "teacher_metrics.json"
+    extra = {"teacher_metrics": read_json(metrics_path)} if metrics_path.is_file() else {}
+    return write_dataset(
+        Path(out) / "dataset",
+        rows,
+        Path(out) / "samples",
+        val_share=config.val_share,
+        config=config.model_dump(mode="json"),
+        quarantine=quarantine,
+        validation_files=[validation / "validation.json", validation / "validation.html"],
+        extra_manifest=extra,
+    )
+
+
+def curate(config: CurateConfig, out: str | Path) -> Path:
+    """Run every stage; returns the dataset folder."""
+    run_record(config, out)
+    run_sample(config, out)
+    run_annotate(config, out)
+    run_validate(config, out)
+    return run_build(config, out)
+
+
+# ------------------------------------------------------------------------------------- CLI
+_config_option = click.option(
+    "--config",
+    "config_path",
+    default="tiny",
+    show_default=True,
+    help="a preset under configs/curate/ or a YAML file",
+)
+_out_option = click.option(
+    "--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="work folder"
+)
+
+
+@click.group("curate", context_settings={"help_option_names": ["-h", "--help"]})
+def curate_group() -> None:
+    """Build the light-SFT dataset from walkthrough videos."""
+
+
+def _stage(name: str, function: Any, help_text: str) -> None:
+    @curate_group.command(name, help=help_text)
+    @_config_option
+    @_out_option
+    def command(config_path: str, out: Path) -> None:
+        try:
+            result = function(load_curate_config(config_path), out)
+        except (FileNotFoundError, ValueError, RuntimeError) as error:
+            raise click.ClickException(str(error)) from error
+        click.echo(str(result))
+
+
+_stage("record", run_record, "Record (or import) walkthrough videos into OUT/walkthroughs.")
+_stage("sample", run_sample, "Sample and dedupe frames into OUT/samples.")
+_stage("annotate", run_annotate, "Annotate the sampled frames with the teacher.")
+_stage("validate", run_validate, "Validate annotations; quarantine failing rows.")
+_stage("build", run_build, "Write the dataset folder OUT/dataset.")
+_stage("run", curate, "Run every stage; prints the dataset folder.")

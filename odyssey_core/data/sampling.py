@@ -1,0 +1,251 @@
+"""Sample frames from walkthrough videos: uniform in time per level, then near-duplicate removal.
+
+For each level segment, ``frames_per_level x oversample`` candidate times are spread evenly
+(the middle of equal time slots), decoded in one pass (imageio's ffmpeg plugin), and dropped
+when their 64-bit DCT perceptual hash is within ``phash_threshold`` bits of a frame already
+kept (in any level: a near-duplicate teaches nothing new wherever it comes from). The survivors
+are thinned evenly to ``frames_per_level``. Frames are resized to the native Game Boy size the
+agent sees (``frame_size``), saved as ``frames/<sha256 of the PNG>.png``, and listed in
+``samples.parquet`` with their frame index, timestamp and, for recorded walkthroughs, the
+sidecar row of that frame index (``state``, a JSON string).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import imageio.v2 as imageio
+import numpy as np
+import pyarrow.parquet as pq
+from PIL import Image
+from pydantic import Field
+
+from odyssey_core.config import StrictModel
+from odyssey_core.data.dataset import read_table, write_bytes_atomic, write_table
+from odyssey_core.data.walkthroughs import Walkthrough
+
+__all__ = [
+    "SampledFrame",
+    "SamplingConfig",
+    "dct_phash",
+    "hamming",
+    "load_samples",
+    "sample_frames",
+    "uniform_indices",
+]
+
+SAMPLES_FILE = "samples.parquet"
+
+
+class SamplingConfig(StrictModel):
+    frames_per_level: int = Field(default=100, ge=1)
+    total_frames: int | None = Field(
+        default=None, ge=1, description="if set, split evenly over the levels instead"
+    )
+    oversample: float = Field(default=2.0, ge=1.0, description="candidates per wanted frame")
+    phash_threshold: int = Field(default=4, ge=-1, le=64, description="-1 disables dedup")
+    frame_size: tuple[int, int] | None = Field(
+        default=(160, 144), description="(width, height) frames are resized to; None keeps"
+    )
+    show_progress: bool = True
+
+
+@dataclass(frozen=True)
+class SampledFrame:
+    frame_hash: str  # sha256 of the PNG bytes
+    frame: str  # path relative to the samples folder
+    phash: str  # 16 hex digits
+    game: str
+    level: str
+    source: str
+    walkthrough: str
+    frame_index: int
+    timestamp_s: float
+    state: str | None = None  # the sidecar row as JSON (recorded walkthroughs only)
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None if self.state is None else json.loads(self.state)
+
+
+# ------------------------------------------------------------------------------------ pHash
+def _dct_matrix(n: int) -> np.ndarray:
+    """The orthonormal DCT-II basis as an n x n matrix (row k = frequency k)."""
+    k = np.arange(n)[:, None]
+    x = np.arange(n)[None, :]
+    matrix = np.cos(np.pi * (2 * x + 1) * k / (2 * n)) * np.sqrt(2.0 / n)
+    matrix[0] /= np.sqrt(2.0)
+    return matrix
+
+
+_DCT32 = _dct_matrix(32)
+
+
+def dct_phash(image: np.ndarray | Image.Image) -> int:
+    """A 64-bit perceptual hash: grey 32x32, 2-D DCT, the 8x8 lowest frequencies compared
+    with their median (DC term excluded from the median so brightness alone does not decide)."""
+    pil = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))
+    grey = np.asarray(pil.convert("L").resize((32, 32), Image.Resampling.BILINEAR), np.float64)
+    low = (_DCT32 @ grey @ _DCT32.T)[:8, :8].ravel()
+    bits = low > np.median(low[1:])
+    return int(np.packbits(bits).view(">u8")[0])
+
+
+def hamming(a: int, b: int) -> int:
+    return (int(a) ^ int(b)).bit_count()
+
+
+class _HashIndex:
+    """Kept hashes; answers 'is anything within t bits?' with one vectorised XOR."""
+
+    def __init__(self) -> None:
+        self._hashes = np.zeros(0, dtype=np.uint64)
+
+    def near(self, value: int, threshold: int) -> bool:
+        if threshold < 0 or not len(self._hashes):
+            return False
+        distances = np.bitwise_count(self._hashes ^ np.uint64(value))
+        return bool(distances.min() <= threshold)
+
+    def add(self, value: int) -> None:
+        self._hashes = np.append(self._hashes, np.uint64(value))
+
+
+# ------------------------------------------------------------------------------------ sampling
+def uniform_indices(start_s: float, end_s: float, fps: float, count: int, limit: int) -> list[int]:
+    """Frame indices at the middles of ``count`` equal time slots of [start_s, end_s)."""
+    first = int(np.ceil(start_s * fps - 1e-9))
+    last = min(limit, int(np.ceil(end_s * fps - 1e-9))) - 1
+    if last < first or count <= 0:
+        return []
+    span = end_s - start_s
+    times = start_s + (np.arange(count) + 0.5) * span / count
+    indices = np.clip(np.floor(times * fps).astype(int), first, last)
+    return sorted(set(indices.tolist()))
+
+
+def _evenly(items: list[Any], count: int) -> list[Any]:
+    if len(items) <= count:
+        return items
+    picks = np.floor((np.arange(count) + 0.5) * len(items) / count).astype(int)
+    return [items[i] for i in picks]
+
+
+def _png_bytes(frame: np.ndarray, size: tuple[int, int] | None) -> tuple[bytes, Image.Image]:
+    image = Image.fromarray(np.ascontiguousarray(frame)).convert("RGB")
+    if size is not None and image.size != tuple(size):
+        # Box filter: an x2 pixel-repeat video averages back to the original pixels.
+        image = image.resize(tuple(size), Image.Resampling.BOX)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=False)
+    return buffer.getvalue(), image
+
+
+def _decode(path: str, wanted: set[int], label: str, show: bool) -> dict[int, np.ndarray]:
+    from tqdm.auto import tqdm
+
+    frames: dict[int, np.ndarray] = {}
+    if not wanted:
+        return frames
+    last = max(wanted)
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        with tqdm(total=last + 1, desc=f"decode {label}", unit="frame", disable=not show) as bar:
+            for index, frame in enumerate(reader):
+                if index in wanted:
+                    frames[index] = np.asarray(frame)
+                bar.update(1)
+                if index >= last:
+                    break
+    finally:
+        reader.close()
+    return frames
+
+
+def _per_level_target(config: SamplingConfig, walkthroughs: Sequence[Walkthrough]) -> int:
+    if config.total_frames is None:
+        return config.frames_per_level
+    levels = {(w.game, s["level"]) for w in walkthroughs for s in w.segments}
+    return max(1, -(-config.total_frames // max(1, len(levels))))
+
+
+def sample_frames(
+    walkthroughs: Sequence[Walkthrough], out_dir: str | Path, config: SamplingConfig
+) -> list[SampledFrame]:
+    """Sample, dedupe and save frames of all walkthroughs; writes ``samples.parquet``."""
+    out = Path(out_dir)
+    (out / "frames").mkdir(parents=True, exist_ok=True)
+    per_level = _per_level_target(config, walkthroughs)
+    # A level spread over several segments/videos shares its budget by segment duration.
+    durations: dict[tuple[str, str], float] = {}
+    for w in walkthroughs:
+        for s in w.segments:
+            key = (w.game, s["level"])
+            durations[key] = durations.get(key, 0.0) + s["end_s"] - s["start_s"]
+    index = _HashIndex()
+    seen_sha: set[str] = set()
+    samples: list[SampledFrame] = []
+    for w in walkthroughs:
+        sidecar: dict[int, dict[str, Any]] = {}
+        if w.sidecar:
+            sidecar = {int(r["frame_index"]): r for r in read_table(w.sidecar)}
+        plan: list[tuple[dict[str, Any], list[int]]] = []
+        for s in w.segments:
+            share = (s["end_s"] - s["start_s"]) / durations[(w.game, s["level"])]
+            want = max(1, round(per_level * share))
+            candidates = int(np.ceil(want * config.oversample))
+            plan.append(
+                (s, uniform_indices(s["start_s"], s["end_s"], w.fps, candidates, w.frame_count))
+            )
+        wanted = {i for _, indices in plan for i in indices}
+        decoded = _decode(w.video, wanted, w.name, config.show_progress)
+        for s, indices in plan:
+            share = (s["end_s"] - s["start_s"]) / durations[(w.game, s["level"])]
+            want = max(1, round(per_level * share))
+            kept: list[SampledFrame] = []
+            pngs: dict[str, bytes] = {}
+            for i in indices:
+                if i not in decoded:  # the container promised more frames than it holds
+                    continue
+                data, image = _png_bytes(decoded[i], config.frame_size)
+                sha = hashlib.sha256(data).hexdigest()
+                phash = dct_phash(image)
+                if sha in seen_sha or index.near(phash, config.phash_threshold):
+                    continue
+                index.add(phash)
+                seen_sha.add(sha)
+                row = sidecar.get(i)
+                kept.append(
+                    SampledFrame(
+                        frame_hash=sha,
+                        frame=f"frames/{sha}.png",
+                        phash=f"{phash:016x}",
+                        game=w.game,
+                        level=s["level"],
+                        source=w.source,
+                        walkthrough=w.name,
+                        frame_index=i,
+                        timestamp_s=i / w.fps,
+                        state=None if row is None else json.dumps(row, sort_keys=True),
+                    )
+                )
+                pngs[sha] = data
+            for sample in _evenly(kept, want):
+                target = out / sample.frame
+                if not target.exists():  # content-addressed: an existing file is identical
+                    write_bytes_atomic(target, pngs[sample.frame_hash])
+                samples.append(sample)
+    write_table(out / SAMPLES_FILE, [s.__dict__ for s in samples])
+    return samples
+
+
+def load_samples(out_dir: str | Path) -> list[SampledFrame]:
+    path = Path(out_dir) / SAMPLES_FILE
+    if not pq.read_metadata(path).num_rows:
+        return []
+    return [SampledFrame(**row) for row in read_table(path)]

@@ -1,0 +1,280 @@
+"""Teachers: the programmatic one (offline) and the OpenAI-compatible one (over HTTP)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import model_fixtures
+import pytest
+
+from odyssey_core.data.sampling import SampledFrame, SamplingConfig, sample_frames
+from odyssey_core.data.teachers import (
+    TEACHERS,
+    OpenAITeacher,
+    ProgrammaticTeacher,
+    TeacherConfig,
+    TeacherError,
+    TeacherRefusal,
+    annotate_frames,
+    make_teacher,
+)
+from odyssey_core.data.walkthroughs import RecordConfig, record_walkthrough
+from odyssey_core.protocol import format_response, parse_response
+
+tiny_model_dir = model_fixtures.tiny_model_dir
+tiny_policy = model_fixtures.tiny_policy
+
+
+@pytest.fixture(scope="module")
+def sampled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("teach")
+    config = RecordConfig(agent="expert", agent_kwargs={"max_nodes": 60}, max_turns=24)
+    walk = record_walkthrough(config, "1-1", root / "walk")
+    frames = sample_frames(
+        [walk], root / "samples", SamplingConfig(frames_per_level=12, show_progress=False)
+    )
+    return frames, root / "samples"
+
+
+def test_registry() -> None:
+    assert {"programmatic", "openai"} <= set(TEACHERS.names())
+    assert isinstance(make_teacher(TeacherConfig()), ProgrammaticTeacher)
+
+
+def test_programmatic_teacher_is_deterministic_varied_and_parsable(sampled) -> None:
+    frames, root = sampled
+    teacher = ProgrammaticTeacher()
+    result = teacher.annotate(frames, root)
+    assert len(result.annotations) == len(frames) >= 6 and not result.failures
+    again = ProgrammaticTeacher().annotate(frames, root)
+    assert [a.response for a in again.annotations] == [a.response for a in result.annotations]
+    openings = Counter()
+    for frame, annotation in zip(frames, result.annotations, strict=True):
+        parsed = parse_response(annotation.response)
+        assert parsed.valid and not parsed.warnings
+        assert list(parsed.buttons) == annotation.buttons == frame.state_dict()["buttons_next"]
+        openings[" ".join(parsed.perception.split()[:3])] += 1
+    assert len(openings) >= 2  # several phrasings, not one template
+
+
+def test_programmatic_perception_mentions_objects_in_tiles() -> None:
+    state = {
+        "player_x": 100,
+        "screen_x": 40,
+        "player_y": 96,
+        "on_ground": False,
+        "velocity_y": -3,
+        "lives": 3,
+        "buttons_next": ["a", "right"],
+        "objects": json.dumps(
+            [{"kind": "gap", "x": 140, "y": 24}, {"kind": "walker", "x": 84, "y": 96}]
+        ),
+    }
+    frame = SampledFrame(
+        "ab" * 32,
+        "frames/x.png",
+        "0" * 16,
+        "odland",
+        "1-1",
+        "record:expert",
+        "w",
+        0,
+        0.0,
+        json.dumps(state),
+    )
+    text = ProgrammaticTeacher().annotate_one(frame).response
+    parsed = parse_response(text)
+    assert "5 tiles" in parsed.perception and "3 tiles" in parsed.perception  # gap distance/width
+    assert "2 tiles" in parsed.perception  # the walker behind
+    assert any(w in parsed.perception for w in ("air", "jump", "falling"))
+    assert parsed.buttons == ("a", "right")
+
+
+def test_programmatic_refuses_frames_without_sidecar() -> None:
+    frame = SampledFrame(
+        "cd" * 32, "frames/x.png", "0" * 16, "mario", "1-1", "import:v.mp4", "v", 3, 0.3
+    )
+    with pytest.raises(TeacherRefusal, match="sidecar"):
+        ProgrammaticTeacher().annotate([frame], ".")
+
+
+# ----------------------------------------------------------------------------- a stub server
+class _Stub:
+    """An OpenAI-compatible endpoint that fails on purpose: per frame, the first request gets
+    a 429, the second a 500, the third hangs past the client timeout, then it answers."""
+
+    def __init__(self, faults: tuple[str, ...] = ("429", "500", "timeout")) -> None:
+        self.faults = faults
+        self.hits: Counter[str] = Counter()
+        self.lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                image = body["messages"][1]["content"][0]["image_url"]["url"]
+                with stub.lock:
+                    stub.hits[image] += 1
+                    attempt = stub.hits[image]
+                fault = stub.faults[attempt - 1] if attempt <= len(stub.faults) else "ok"
+                if fault == "timeout":
+                    threading.Event().wait(1.0)
+                    fault = "500"
+                if fault in ("429", "500"):
+                    payload = json.dumps({"error": {"message": "try later"}}).encode()
+                    self.send_response(int(fault))
+                    self.send_header("Retry-After", "0")
+                else:
+                    text = format_response("I see the hero.", "Run right.", ("b", "right"))
+                    payload = json.dumps(
+                        {
+                            "id": "x",
+                            "object": "chat.completion",
+                            "created": 0,
+                            "model": body["model"],
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": text},
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": 1000,
+                                "completion_tokens": 100,
+                                "total_tokens": 1100,
+                            },
+                        }
+                    ).encode()
+                    self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                # The client may have timed out and gone already.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    @property
+    def total(self) -> int:
+        return sum(self.hits.values())
+
+    def __enter__(self) -> _Stub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _teacher(url: str, cache: Path, **options) -> OpenAITeacher:
+    settings = {
+        "model": "stub-vlm",
+        "base_url": url,
+        "api_key_env": None,
+        "timeout": 0.5,
+        "concurrency": 4,
+        "initial_backoff": 0.01,
+        "max_backoff": 0.05,
+        "cache_dir": cache,
+        "price_prompt_per_1k": 0.01,
+        "price_completion_per_1k": 0.03,
+        "show_progress": False,
+        **options,
+    }
+    return OpenAITeacher(game="odland", **settings)
+
+
+def test_openai_teacher_retries_caches_and_counts_cost(sampled, tmp_path: Path) -> None:
+    frames, root = sampled
+    frames = frames[:5]
+    with _Stub() as stub:
+        rows, metrics = annotate_frames(
+            _teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path
+        )
+        assert len(rows) == 5 and stub.total == 5 * 4  # 429, 500, timeout, then the answer
+        assert metrics["requests"] == 5 and metrics["http_retries"] == 15
+        assert metrics["prompt_tokens"] == 5000 and metrics["completion_tokens"] == 500
+        assert metrics["cost_usd"] == pytest.approx(5 * (0.01 + 0.003))
+        assert all(
+            r["buttons"] == ["b", "right"] and r["teacher"] == "openai:stub-vlm" for r in rows
+        )
+        # A rerun pays nothing: every answer comes from the cache.
+        rows2, metrics2 = annotate_frames(
+            _teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path
+        )
+        assert stub.total == 20 and metrics2["cache_hits"] == 5 and metrics2["cost_usd"] == 0
+        assert [r["response"] for r in rows2] == [r["response"] for r in rows]
+        # Another model or other parameters are different cache keys.
+        _, metrics3 = annotate_frames(
+            _teacher(stub.url, tmp_path / "cache", temperature=0.7), frames[:1], root, tmp_path
+        )
+        assert metrics3["requests"] == 1
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_openai_teacher_survives_a_crash_and_exhausted_retries(sampled, tmp_path: Path) -> None:
+    frames, root = sampled
+    frames = frames[:6]
+    with _Stub(faults=()) as stub:
+        teacher = _teacher(stub.url, tmp_path / "cache", concurrency=1)
+        original = teacher.policy.generate
+        calls = {"n": 0}
+
+        def crashing(observations, params=None):
+            calls["n"] += 1
+            if calls["n"] > 3:
+                raise KeyboardInterrupt("simulated crash")
+            return original(observations, params)
+
+        teacher.policy.generate = crashing
+        with pytest.raises(KeyboardInterrupt):
+            annotate_frames(teacher, frames, root, tmp_path)
+        assert stub.total == 3
+        _, metrics = annotate_frames(_teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path)
+        assert metrics["cache_hits"] == 3 and metrics["requests"] == 3 and stub.total == 6
+        assert max(stub.hits.values()) == 1  # nothing was asked twice
+    with _Stub(faults=("500",) * 10) as stub:
+        teacher = _teacher(stub.url, tmp_path / "cache2", max_retries=1)
+        with pytest.raises(TeacherError, match="2 of 2 frames"):
+            annotate_frames(teacher, frames[:2], root, tmp_path / "failed")
+        assert stub.total == 4
+
+
+@pytest.mark.slow  # builds the tiny checkpoint (shared with the serve tests when run together)
+def test_openai_teacher_against_the_project_server(sampled, tiny_policy, tmp_path: Path) -> None:
+    from odyssey_core.serve.app import ServerThread, create_app
+
+    frames, root = sampled
+    app = create_app(tiny_policy, "tiny", max_batch_size=4, batch_wait_ms=10)
+    with ServerThread(app) as server:
+        teacher = _teacher(
+            f"{server.url}/v1", tmp_path / "cache", model="tiny", timeout=60, max_tokens=16
+        )
+        rows, metrics = annotate_frames(teacher, frames[:2], root, tmp_path, allow_failures=True)
+        assert not metrics["failures"], metrics["failures"]
+        assert len(rows) == 2 and metrics["requests"] == 2 and metrics["completion_tokens"] > 0
+        _, again = annotate_frames(
+            _teacher(
+                f"{server.url}/v1", tmp_path / "cache", model="tiny", timeout=60, max_tokens=16
+            ),
+            frames[:2],
+            root,
+            tmp_path,
+        )
+        assert again["cache_hits"] == 2 and again["requests"] == 0
