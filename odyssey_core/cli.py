@@ -88,6 +88,7 @@ def play_command(
 def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
     from odyssey_core.data.cli import curate_group
+    from odyssey_core.sft.cli import sft_command
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
     from odyssey_core.serve.cli import serve_command
@@ -97,6 +98,7 @@ def _attach_groups() -> None:
     main.add_command(baseline_group, "baseline")
     main.add_command(eval_command, "eval")
     main.add_command(curate_group, "curate")
+    main.add_command(sft_command, "sft")
 
 
 _attach_groups()

@@ -1,0 +1,33 @@
+"""Supervised fine-tuning (the paper's light SFT stage, Section 6.1 and Table 8).
+
+Names are imported lazily so that ``import odyssey_core.sft`` (e.g. by the CLI) stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "SFTSettings": "odyssey_core.sft.settings",
+    "load_sft_settings": "odyssey_core.sft.settings",
+    "SFTDataset": "odyssey_core.sft.data",
+    "SFTCollator": "odyssey_core.sft.data",
+    "SFTSample": "odyssey_core.sft.data",
+    "PromptBuilder": "odyssey_core.sft.data",
+    "IGNORE_INDEX": "odyssey_core.sft.data",
+    "SFTTrainer": "odyssey_core.sft.trainer",
+    "SFTResult": "odyssey_core.sft.trainer",
+    "latest_checkpoint": "odyssey_core.sft.trainer",
+    "run_sft": "odyssey_core.sft.trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,58 @@
+"""``odyssey sft``: supervised fine-tuning on a curated dataset folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command("sft")
+@click.option("--preset", default="tiny", show_default=True, help="configs/sft/<name>.yaml or path")
+@click.option(
+    "--dataset",
+    "dataset_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="dataset folder (data.parquet + frames/)",
+)
+@click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="base checkpoint folder",
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--resume", is_flag=True, help="continue from OUT/checkpoints/latest")
+@click.option("--max-steps", type=int, default=None, help="override the preset's max_steps")
+@click.option("--seed", type=int, default=None, help="override the preset's seed")
+def sft_command(
+    preset: str,
+    dataset_dir: Path,
+    model_dir: Path,
+    out_dir: Path,
+    resume: bool,
+    max_steps: int | None,
+    seed: int | None,
+) -> None:
+    """Fine-tune MODEL on the teacher answers of DATASET; checkpoints and metrics go to OUT."""
+    from odyssey_core.sft.settings import load_sft_settings
+    from odyssey_core.sft.trainer import run_sft
+
+    overrides: dict = {}
+    if max_steps is not None:
+        overrides["max_steps"] = max_steps
+    if seed is not None:
+        overrides["seed"] = seed
+    try:
+        settings = load_sft_settings(preset, overrides)
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+
+    def echo(record: dict) -> None:
+        click.echo(json.dumps(record))
+
+    result = run_sft(settings, dataset_dir, model_dir, out_dir, resume=resume, callbacks=[echo])
+    click.echo(f"done: {result.steps} steps, final weights in {result.final_dir}")

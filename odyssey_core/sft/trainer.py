@@ -1,0 +1,530 @@
+"""Supervised fine-tuning of a Qwen-VL policy on teacher answers (the paper's light SFT stage).
+
+One optimizer step takes ``batch_size`` samples from a seeded shuffle of the train split,
+splits them into ``grad_accum_steps`` micro-batches, and minimises the token-mean
+cross-entropy over every response token of the step (prompt and image tokens are masked by
+:class:`~odyssey_core.sft.data.SFTCollator`). Then: gradient clipping, AdamW, and a cosine
+schedule with linear warm-up. Metrics go to ``out/metrics.jsonl`` and to any callbacks.
+
+Checkpoints are written every ``checkpoint_every`` steps to ``out/checkpoints/step-XXXXXX/``
+(staged in a temporary folder, then renamed, so a crash never leaves a half-written one) and
+``out/checkpoints/latest`` names the newest. A checkpoint holds everything a resumed run
+needs to continue bit-for-bit: weights (or the LoRA adapter) with the processor, optimizer
+and scheduler state, the python/numpy/torch RNG states, the step and the position in the
+data order. The data order of each epoch is a permutation seeded by ``seed + epoch``, so the
+position (epoch, index) is enough to rebuild it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, SFTSample
+from odyssey_core.sft.settings import SFTSettings
+
+__all__ = [
+    "DEEPSPEED_HINT",
+    "MetricsCallback",
+    "SFTResult",
+    "SFTTrainer",
+    "cosine_schedule",
+    "latest_checkpoint",
+    "run_sft",
+]
+
+log = logging.getLogger(__name__)
+
+MetricsCallback = Callable[[dict[str, Any]], None]
+DEEPSPEED_HINT = (
+    "settings.deepspeed is set but DeepSpeed is not installed; install the GPU extra with "
+    "`pip install 'odyssey-core[deepspeed]'` (or unset `deepspeed` to train without it)"
+)
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass(frozen=True)
+class SFTResult:
+    final_dir: Path
+    steps: int
+    train_loss: float | None
+    eval_loss: float | None
+
+
+def cosine_schedule(
+    total_steps: int, warmup_steps: int, min_ratio: float = 0.0, cosine: bool = True
+) -> Callable[[int], float]:
+    """LR multiplier per step, as HF's ``get_cosine_schedule_with_warmup`` (the paper's
+    trainer): linear from 0 over the warm-up, then a half cosine down to ``min_ratio``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        if not cosine:
+            return 1.0
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The checkpoint ``out/checkpoints/latest`` points at, or None.
+
+    A crash between renaming a finished checkpoint into place and updating the pointer leaves
+    a complete ``step-*`` newer than the pointer; step folders only ever appear complete
+    (atomic rename), so the newest one wins.
+    """
+    root = Path(out_dir) / "checkpoints"
+    candidates = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
+    pointer = root / "latest"
+    if pointer.is_file():
+        named = root / pointer.read_text().strip()
+        if (named / STATE_FILE).is_file() and (not candidates or named.name >= candidates[-1].name):
+            return named
+    return candidates[-1] if candidates else None
+
+
+def _rng_state() -> dict[str, Any]:
+    # Only tensors, lists and scalars, so torch.load(weights_only=True) can read them back.
+    version, mt, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": [version, list(mt), gauss],
+        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    version, mt, gauss = state["python"]
+    random.setstate((version, tuple(mt), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # atomic on POSIX: readers see the old or the new file
+
+
+class SFTTrainer:
+    """Fine-tunes the checkpoint in ``model_dir`` on the dataset folder ``dataset_dir``."""
+
+    def __init__(
+        self,
+        settings: SFTSettings,
+        dataset_dir: str | Path,
+        model_dir: str | Path,
+        out_dir: str | Path,
+        *,
+        resume: bool = False,
+        callbacks: Sequence[MetricsCallback] = (),
+    ) -> None:
+        self.settings = settings
+        self.dataset_dir = Path(dataset_dir)
+        self.model_dir = Path(model_dir)
+        self.out = Path(out_dir)
+        self.callbacks = list(callbacks)
+        self.ckpt_root = self.out / "checkpoints"
+        self.metrics_path = self.out / "metrics.jsonl"
+        if settings.deepspeed is not None:
+            try:
+                import deepspeed  # noqa: F401
+            except ImportError as err:
+                raise ImportError(DEEPSPEED_HINT) from err
+
+        self.train_set = SFTDataset(self.dataset_dir, split="train")
+        self.val_set = SFTDataset(self.dataset_dir, split="val")
+        if len(self.train_set) == 0:
+            raise ValueError(f"{self.dataset_dir}: the train split is empty")
+        expected = settings.expected_dataset_size
+        if expected is not None and expected != len(self.train_set):
+            log.warning(
+                "preset expects %d train rows, the dataset has %d", expected, len(self.train_set)
+            )
+
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        if settings.batch_size % (settings.grad_accum_steps * self.world_size):
+            raise ValueError("batch_size must divide into grad_accum_steps x world size")
+        self.device = self._pick_device()
+        self.autocast = settings.precision == "bf16" or (
+            settings.precision == "auto" and self.device.type == "cuda"
+        )
+
+        resume_from = latest_checkpoint(self.out) if resume else None
+        if resume and resume_from is None:
+            log.warning("--resume: no checkpoint under %s, starting from scratch", self.ckpt_root)
+        self.model, self.processor = self._load_model(resume_from)
+        self.policy = HFPolicy(
+            self.model,
+            self.processor,
+            image_scale=settings.image_scale,
+            image_size=settings.image_size,
+        )
+        self.collator = SFTCollator(self.processor, settings.image_scale, settings.image_size)
+
+        steps_per_epoch = math.ceil(len(self.train_set) / settings.batch_size)
+        self.total_steps = steps_per_epoch * settings.epochs
+        if settings.max_steps is not None:
+            self.total_steps = min(self.total_steps, settings.max_steps)
+        self.warmup_steps = math.ceil(settings.warmup_ratio * self.total_steps)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params,
+            lr=settings.lr,
+            betas=settings.adam_betas,
+            eps=settings.adam_eps,
+            weight_decay=settings.weight_decay,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            cosine_schedule(
+                self.total_steps,
+                self.warmup_steps,
+                settings.min_lr_ratio,
+                cosine=settings.lr_scheduler == "cosine",
+            ),
+        )
+        self.engine: Any = None
+        if settings.deepspeed is not None:
+            self._init_deepspeed()
+
+        self.step, self.epoch, self.index = 0, 0, 0
+        if resume_from is not None:
+            self._load_state(resume_from)
+        else:
+            random.seed(settings.seed)
+            np.random.seed(settings.seed)
+            torch.manual_seed(settings.seed)
+
+    # ----------------------------------------------------------------------------- setup
+    def _pick_device(self) -> torch.device:
+        name = self.settings.device
+        if name == "auto":
+            name = "cuda" if torch.cuda.is_available() else "cpu"
+        if name == "cuda" and self.world_size > 1:
+            name = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+        return torch.device(name)
+
+    def _load_model(self, checkpoint: Path | None) -> tuple[Any, Any]:
+        from odyssey_core.models import apply_lora, load_adapter, load_model, load_processor
+
+        s = self.settings
+        kwargs = {"dtype": s.model_dtype, "device": str(self.device)}
+        attn = s.attn_implementation
+        if s.lora is not None and checkpoint is not None:
+            model = load_adapter(self.model_dir, checkpoint / "adapter", trainable=True, **kwargs)
+        elif s.lora is not None:
+            model = apply_lora(
+                load_model(self.model_dir, attn_implementation=attn, **kwargs), s.lora
+            )
+        else:
+            source = checkpoint / "model" if checkpoint is not None else self.model_dir
+            model = load_model(source, attn_implementation=attn, **kwargs)
+        if s.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if s.lora is not None:
+                model.enable_input_require_grads()  # frozen embeddings still need grad flow
+        model.train()
+        source = self.model_dir if checkpoint is None else self._proc_dir(checkpoint)
+        return model, load_processor(source)
+
+    def _proc_dir(self, checkpoint: Path) -> Path:
+        return checkpoint / ("adapter" if self.settings.lora is not None else "model")
+
+    def _init_deepspeed(self) -> None:
+        import deepspeed
+
+        s = self.settings
+        config = json.loads(s.deepspeed_config().read_text())  # type: ignore[union-attr]
+        # Fill the "auto" entries from our settings (HF's integration does the same).
+        fill = {
+            "train_batch_size": s.batch_size,
+            "train_micro_batch_size_per_gpu": self.micro_batch_size,
+            "gradient_accumulation_steps": s.grad_accum_steps,
+            "gradient_clipping": s.max_grad_norm or 0.0,
+        }
+        for key, value in fill.items():
+            if config.get(key, "auto") == "auto":
+                config[key] = value
+        if config.get("bf16", {}).get("enabled") == "auto":
+            config["bf16"]["enabled"] = self.autocast
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=self.model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
+        )
+
+    @property
+    def micro_batch_size(self) -> int:
+        s = self.settings
+        return s.batch_size // (s.grad_accum_steps * self.world_size)
+
+    # ----------------------------------------------------------------------------- data
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        """The shuffled train order of ``epoch`` (depends only on seed and epoch)."""
+        rng = np.random.default_rng([self.settings.seed, epoch])
+        return rng.permutation(len(self.train_set))
+
+    def _next_batch(self) -> list[SFTSample]:
+        """This rank's share of the next optimizer step's samples; advances the position."""
+        order = self.epoch_order(self.epoch)
+        chosen = order[self.index : self.index + self.settings.batch_size]
+        self.index += len(chosen)
+        if self.index >= len(order):
+            self.epoch, self.index = self.epoch + 1, 0
+        return [self.train_set[int(i)] for i in chosen[self.rank :: self.world_size]]
+
+    # ----------------------------------------------------------------------------- model
+    def _loss_sums(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+        """Summed response-token cross-entropy of a collated batch, and its token count."""
+        keep = int(batch["max_response_len"]) + 1
+        inputs = {k: v.to(self.device) for k, v in batch.items() if k != "max_response_len"}
+        labels = inputs.pop("labels")
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.autocast):
+            # Left padding puts every response at the end: only the last logits are needed.
+            out = self.policy._forward(inputs, use_cache=False, logits_to_keep=keep)
+        logits = out.logits[:, :-1].float()  # position t predicts token t + 1
+        targets = labels[:, -(keep - 1) :]
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            targets.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            reduction="sum",
+        )
+        return loss, int((targets != IGNORE_INDEX).sum())
+
+    def _token_count(self, n_local: int) -> int:
+        if self.world_size == 1:
+            return n_local
+        count = torch.tensor(n_local, device=self.device)
+        torch.distributed.all_reduce(count)
+        return int(count)
+
+    def train_step(self) -> dict[str, Any]:
+        s = self.settings
+        start = time.perf_counter()
+        samples = self._next_batch()
+        n_chunks = min(s.grad_accum_steps, max(1, len(samples)))
+        chunks = [list(c) for c in np.array_split(np.arange(len(samples)), n_chunks)]
+        batches = [self.collator([samples[i] for i in c]) for c in chunks if len(c)]
+        # Token-mean over the whole step: each micro-batch is divided by the step's count.
+        n_tokens = self._token_count(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches))
+        seen_tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+        total = 0.0
+        for batch in batches:
+            loss_sum, _ = self._loss_sums(batch)
+            loss = loss_sum / max(1, n_tokens)
+            if self.engine is not None:
+                # DeepSpeed divides by its accumulation count and averages ranks; undo both.
+                self.engine.backward(loss * s.grad_accum_steps * self.world_size)
+            else:
+                loss.backward()
+            total += float(loss_sum.detach())
+        lr = self.optimizer.param_groups[0]["lr"]
+        if self.engine is not None:
+            for _ in batches:
+                self.engine.step()
+            grad_norm = float(self.engine.get_global_grad_norm() or 0.0)
+        else:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            clip = s.max_grad_norm if s.max_grad_norm is not None else float("inf")
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
+            self.optimizer.step()
+            self.scheduler.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        elapsed = time.perf_counter() - start
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "loss": total / max(1, n_tokens),
+            "lr": lr,
+            "grad_norm": grad_norm,
+            "response_tokens": n_tokens,
+            "tokens_per_s": seen_tokens / max(elapsed, 1e-9),
+            "time_s": elapsed,
+        }
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Token-mean response cross-entropy on the val split (None when it is empty)."""
+        samples = self.val_set.samples[: self.settings.eval_max_samples]
+        if not samples:
+            return None
+        size = self.settings.eval_batch_size or self.micro_batch_size
+        was_training = self.model.training
+        self.model.eval()
+        total, count = 0.0, 0
+        try:
+            for i in range(0, len(samples), size):
+                loss_sum, n = self._loss_sums(self.collator(samples[i : i + size]))
+                total, count = total + float(loss_sum), count + n
+        finally:
+            self.model.train(was_training)
+        return total / max(1, count)
+
+    # ----------------------------------------------------------------------------- loop
+    def train(self) -> SFTResult:
+        s = self.settings
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._trim_metrics()
+        train_loss = eval_loss = None
+        while self.step < self.total_steps:
+            record = self.train_step()
+            train_loss = record["loss"]
+            if self.step % s.log_every == 0 or self.step == self.total_steps:
+                self._emit(record)
+            last = self.step == self.total_steps
+            if (s.eval_every and self.step % s.eval_every == 0) or last:
+                eval_loss = self.evaluate()
+                if eval_loss is not None:
+                    self._emit({"step": self.step, "eval_loss": eval_loss})
+            if self.step % s.checkpoint_every == 0 or last:
+                self.save_checkpoint()
+        if self.step == self.total_steps and eval_loss is None:  # resumed at the very end
+            eval_loss = self.evaluate()
+        final = self.save_final()
+        return SFTResult(final, self.step, train_loss, eval_loss)
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        if self.rank != 0:
+            return
+        with open(self.metrics_path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        for callback in self.callbacks:
+            callback(record)
+
+    def _trim_metrics(self) -> None:
+        # After a crash, drop records past the checkpoint we resumed from: they are redone.
+        if self.rank != 0 or not self.metrics_path.is_file():
+            return
+        lines = self.metrics_path.read_text().splitlines()
+        kept = [line for line in lines if line and json.loads(line).get("step", 0) <= self.step]
+        _atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
+
+    # ----------------------------------------------------------------------------- saving
+    def _save_weights(self, folder: Path) -> None:
+        from odyssey_core.models import save_adapter
+
+        model = self.engine.module if self.engine is not None else self.model
+        target = folder / ("adapter" if self.settings.lora is not None else "model")
+        if self.settings.lora is not None:
+            save_adapter(model, target)
+        else:
+            model.save_pretrained(target, safe_serialization=True)
+        self.processor.save_pretrained(target)
+
+    def save_checkpoint(self) -> Path:
+        """Write ``checkpoints/step-XXXXXX`` atomically, then point ``latest`` at it."""
+        name = f"step-{self.step:06d}"
+        final = self.ckpt_root / name
+        staging = self.ckpt_root / f".tmp-{name}"
+        if self.rank == 0:
+            self.ckpt_root.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir()
+        state: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "index": self.index}
+        if self.engine is not None:
+            # ZeRO shards the optimizer state over ranks: every rank writes its own part.
+            # (Assumes a file system shared by all ranks.)
+            torch.distributed.barrier()
+            self.engine.save_checkpoint(str(staging / "deepspeed"), tag="state")
+            torch.distributed.barrier()
+        else:
+            state["optimizer"] = self.optimizer.state_dict()
+            state["scheduler"] = self.scheduler.state_dict()
+        if self.rank != 0:
+            return final
+        self._save_weights(staging)
+        state["rng"] = _rng_state()
+        torch.save(state, staging / STATE_FILE)
+        meta = {
+            "settings": self.settings.model_dump(mode="json"),
+            "dataset": str(self.dataset_dir),
+            "model": str(self.model_dir),
+            "step": self.step,
+            "total_steps": self.total_steps,
+        }
+        (staging / "config.json").write_text(json.dumps(meta, indent=2))
+        if final.exists():  # left by a crash between the rename and the pointer update
+            shutil.rmtree(final)
+        os.rename(staging, final)
+        _atomic_write_text(self.ckpt_root / "latest", name + "\n")
+        self._prune()
+        return final
+
+    def _prune(self) -> None:
+        keep = self.settings.keep_checkpoints
+        if keep is None:
+            return
+        folders = sorted(p for p in self.ckpt_root.glob("step-*") if p.is_dir())
+        for old in folders[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _load_state(self, checkpoint: Path) -> None:
+        state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location="cpu")
+        if self.engine is not None:
+            self.engine.load_checkpoint(str(checkpoint / "deepspeed"), tag="state")
+        else:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.step, self.epoch, self.index = state["step"], state["epoch"], state["index"]
+        _set_rng_state(state["rng"])
+        log.info("resumed from %s (step %d)", checkpoint, self.step)
+
+    def save_final(self) -> Path:
+        """``out/final``: a plain checkpoint (LoRA merged) that ``load_model`` reads."""
+        from odyssey_core.models import merge_and_save
+
+        final = self.out / "final"
+        if self.rank != 0:
+            return final
+        shutil.rmtree(final, ignore_errors=True)
+        model = self.engine.module if self.engine is not None else self.model
+        if self.settings.lora is not None:
+            merge_and_save(model, final, self.processor)
+        else:
+            model.save_pretrained(final, safe_serialization=True)
+            self.processor.save_pretrained(final)
+        return final
+
+
+def run_sft(
+    settings: SFTSettings,
+    dataset_dir: str | Path,
+    model_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[MetricsCallback] = (),
+) -> SFTResult:
+    """Build an :class:`SFTTrainer` and train to the end."""
+    trainer = SFTTrainer(
+        settings, dataset_dir, model_dir, out_dir, resume=resume, callbacks=callbacks
+    )
+    return trainer.train()
