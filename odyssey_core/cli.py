@@ -88,10 +88,10 @@ def play_command(
 def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
     from odyssey_core.data.cli import curate_group
-    from odyssey_core.sft.cli import sft_command
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
     from odyssey_core.serve.cli import serve_command
+    from odyssey_core.sft.cli import sft_command
 
     main.add_command(model_group, "model")
     main.add_command(serve_command, "serve")
