@@ -90,6 +90,7 @@ def _attach_groups() -> None:
     from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
+    from odyssey_core.registry.cli import registry_group
     from odyssey_core.serve.cli import serve_command
     from odyssey_core.sft.cli import sft_command
 
@@ -99,6 +100,7 @@ def _attach_groups() -> None:
     main.add_command(eval_command, "eval")
     main.add_command(curate_group, "curate")
     main.add_command(sft_command, "sft")
+    main.add_command(registry_group, "registry")
 
 
 _attach_groups()
