@@ -67,5 +67,9 @@ def _register_builtin() -> None:
                 )
             )
 
+    from odyssey_core.envs.cards import register_cards_envs
+
+    register_cards_envs()
+
 
 _register_builtin()

@@ -1,0 +1,170 @@
+"""The gym_cards re-implementations: rules, seeding, registration, action forms, solver."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from fractions import Fraction
+
+import gymnasium
+import numpy as np
+import pytest
+
+from odyssey_core.envs import make_env
+from odyssey_core.envs.base import Observation
+from odyssey_core.envs.cards import (
+    CARDS_ENVS,
+    BlackjackEnv,
+    EZPointsEnv,
+    NumberlineEnv,
+    Points24Env,
+    register_cards_envs,
+    solver,
+)
+from odyssey_core.envs.cards.games import hand_total
+from odyssey_core.envs.cards.render import Card
+from odyssey_core.protocol.gtr_format import parse_gtr_response
+
+register_cards_envs()
+
+
+def test_registration_is_idempotent_and_gym_works() -> None:
+    assert register_cards_envs() == []
+    for name in CARDS_ENVS:
+        env = make_env(name)
+        obs, info = env.reset(seed=0)
+        assert isinstance(obs, Observation) and obs.image.dtype == np.uint8
+        assert obs.image.shape == env.observation_space.shape
+        assert "Legal actions" in obs.text and info["game"] == env.game
+        gym_env = gymnasium.make(f"odyssey/{name}")
+        gobs, _ = gym_env.reset(seed=0)
+        assert gym_env.observation_space.contains(gobs)
+        gym_env.close()
+
+
+@pytest.mark.parametrize("name", list(CARDS_ENVS))
+def test_same_seed_same_deal(name: str) -> None:
+    a, b = make_env(name), make_env(name)
+    oa, ia = a.reset(seed=11)
+    ob, ib = b.reset(seed=11)
+    assert ia == ib and np.array_equal(oa.image, ob.image)
+    deals = {str(make_env(name).reset(seed=s)[1]["state_key"]) for s in range(12)}
+    assert len(deals) > 1
+
+
+def test_numberline_rules() -> None:
+    env = NumberlineEnv()
+    for seed in range(30):
+        _, info = env.reset(seed=seed)
+        assert 0 <= info["target"] <= 5 and 0 <= info["current"] <= 5
+        assert info["target"] != info["current"]
+        steps, done = 0, False
+        while not done:  # walking straight at the target always takes <= 5 steps
+            move = "+" if info["current"] < info["target"] else "-"
+            _, reward, done, _, info = env.step(move)
+            steps += 1
+        assert reward == 1.0 and info["success"] and steps <= 5
+    env.reset(seed=0, options={"target": 3, "current": 2})
+    assert env.step("-")[1] == -1.0  # away from the target
+    assert env.step("+")[1] == 0.0  # closer, not there yet
+    assert env.step("+")[1:3] == (1.0, True)
+
+
+def test_ezpoints_always_solvable_in_four_steps() -> None:
+    env = EZPointsEnv()
+    for seed in range(25):
+        _, info = env.reset(seed=seed)
+        assert info["solvable"] and len(info["cards"]) == 2
+        formula = solver.solve(info["card_values"], 12, ("+", "-"))[0]
+        tokens = [*solver.tokenize(formula), "="]
+        assert len(tokens) == 4
+        for token in tokens:
+            _, reward, done, _, info = env.step(token)
+        assert done and reward == 10.0 and info["success"]
+
+
+def test_points24_rules() -> None:
+    env = Points24Env()
+    env.reset(seed=0, options={"cards": ["QS", "3H", "4D", "2C"]})
+    _, reward, _, _, info = env.step("5")  # not on a card
+    assert reward == -1.0 and info["illegal"] and info["formula"] == ""
+    for token in ["10", "+", "3", "*", "4"]:
+        assert env.step(token)[1] == 0.0
+    _, reward, _, _, info = env.step("3")  # its card is already used
+    assert reward == -1.0 and info["formula"] == "10+3*4"
+    for token in ["+", "2"]:
+        env.step(token)
+    _, reward, done, _, info = env.step("=")
+    assert done and reward == 10.0 and info["success"]
+    # "=" on a wrong or incomplete formula: -1 and the episode ends
+    env.reset(seed=0, options={"cards": ["QS", "3H", "4D", "2C"]})
+    env.step("10")
+    assert env.step("=")[1:3] == (-1.0, True)
+    with pytest.raises(RuntimeError):
+        env.step("+")
+    # cut off after 20 steps
+    env.reset(seed=1)
+    ends = [env.step("+")[2:4] for _ in range(20)]
+    assert ends[-1] == (False, True) and all(end == (False, False) for end in ends[:-1])
+    # J/Q/K count 10; some deals have no solution
+    env.reset(seed=0, options={"cards": ["AS", "AH", "AD", "AC"]})
+    assert env.step("=")[4]["solvable"] is False
+    assert any(not Points24Env().reset(seed=s)[1]["solvable"] for s in range(40))
+    assert all(Points24Env(only_solvable=True).reset(seed=s)[1]["solvable"] for s in range(10))
+
+
+def test_action_forms_and_fallback_counting() -> None:
+    env = Points24Env()
+    env.reset(seed=3)
+    assert env.step('thinking... "action": "("')[4]["action"] == "("
+    info = env.step(env.legal_actions.index("+"))[4]
+    assert info["action"] == "+" and not info["invalid_action"]
+    info = env.step(parse_gtr_response('"action": "*"', env.legal_actions))[4]
+    assert info["action"] == "*"
+    info = env.step("I have no idea")[4]
+    assert info["invalid_action"] and info["parse_error"] == "no_action"
+    assert info["fallback_count"] == 1 and info["action"] in env.legal_actions
+    with pytest.raises(ValueError):
+        env.step(99)
+    with pytest.raises(TypeError):
+        env.step(3.5)
+
+
+def test_blackjack_rules() -> None:
+    outcomes = set()
+    for seed in range(60):
+        env = BlackjackEnv()
+        _, info = env.reset(seed=seed)
+        assert len(info["player_cards"]) == 2 and len(info["dealer_cards"]) == 2
+        done, reward = False, 0.0
+        while not done:
+            move = "hit" if info["player_total"] < 15 else "stand"
+            _, reward, done, _, info = env.step(move)
+        assert reward in (-1.0, 0.0, 1.0)
+        if info["outcome"] != "bust":
+            dealer = [Card(c[:-1], c[-1]) for c in info["dealer_cards"]]
+            assert hand_total(dealer)[0] >= 17  # the dealer drew to 17
+        outcomes.add(info["outcome"])
+    assert {"win", "lose"} <= outcomes
+
+
+def test_solver_exact_and_distinct() -> None:
+    assert solver.solve24([3, 3, 8, 8]) == ("8/(3-8/3)",)
+    assert solver.evaluate_tokens("8/(3-8/3)") == Fraction(24)
+    assert solver.evaluate_tokens("1/(1-1)") is None and solver.evaluate_tokens("1+") is None
+    sols = solver.solve24([1, 2, 3, 4])
+    assert len(sols) == len(set(sols)) and "(1+2+3)*4" in sols and "4*(3+2+1)" not in sols
+    for formula in sols:
+        assert solver.evaluate_tokens(formula) == 24
+        assert sorted(solver.uses_numbers(formula)) == [1, 2, 3, 4]
+    assert not solver.solvable([1, 1, 1, 1])
+    # the classic count: 566 of the 715 multisets of 1..10 reach 24
+    start = time.perf_counter()
+    combos = itertools.combinations_with_replacement(range(1, 11), 4)
+    assert sum(solver.solvable(c) for c in combos) == 566
+    assert time.perf_counter() - start < 15
+    # prefix completion works whatever order the agent types in
+    assert solver.next_tokens("8/(3-", [3, 3, 8, 8]) == {"8", "("}
+    assert solver.next_tokens("3*8", [3, 8], 24) == {"="}
+    assert solver.completions("8*", [3, 3, 8, 8]) == []
+    assert solver.solve([5, 7], 12, ("+", "-")) == ("5+7",)
