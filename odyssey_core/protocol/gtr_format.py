@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from odyssey_core.protocol.parsing import coerce_text
+
 __all__ = ["GTRParsed", "format_gtr_response", "parse_gtr_response", "resolve"]
 
 _CURLY = str.maketrans({c: '"' for c in "“”„‟″"} | {c: "'" for c in "‘’‚‛′"})
@@ -49,16 +51,6 @@ class GTRParsed:
     error: str | None = None
     warnings: tuple[str, ...] = ()
     detail: str | None = None
-
-
-def _coerce(text: Any) -> str:
-    if text is None:
-        return ""
-    if isinstance(text, str):
-        return text
-    if isinstance(text, bytes | bytearray):
-        return bytes(text).decode("utf-8", errors="replace")
-    return str(text)
 
 
 def _thought(text: str, end: int) -> tuple[str | None, tuple[int, int] | None]:
@@ -120,7 +112,7 @@ def parse_gtr_response(text: Any, legal_actions: Sequence[str]) -> GTRParsed:
     """Parse one answer against the legal actions. Never raises."""
     try:
         legal = [str(a) for a in legal_actions]
-        return _parse(_coerce(text), legal)
+        return _parse(coerce_text(text), legal)
     except Exception as exc:  # a parser bug must not take a rollout worker down
         return GTRParsed(None, False, error="parse_failure", detail=f"{type(exc).__name__}: {exc}")
 

@@ -150,7 +150,8 @@ class _Warnings:
         return tuple(self._items)
 
 
-def _coerce_text(text: Any) -> str:
+def coerce_text(text: Any) -> str:
+    """Any model output as text: None is empty, bytes are decoded as UTF-8, the rest str()."""
     if text is None:
         return ""
     if isinstance(text, str):
@@ -340,7 +341,7 @@ def _parse(text: str, space: ActionSpace) -> ParsedResponse:
 def parse_response(text: Any, space: ActionSpace = GAMEBOY_SPACE) -> ParsedResponse:
     """Parse one model turn. Never raises; see the module docstring for the policy."""
     try:
-        return _parse(_coerce_text(text), space)
+        return _parse(coerce_text(text), space)
     except Exception as exc:  # a parser bug must not crash a rollout worker
         return ParsedResponse(
             buttons=(), valid=False, error="parse_failure", detail=f"{type(exc).__name__}: {exc}"
