@@ -91,6 +91,7 @@ def _attach_groups() -> None:
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
     from odyssey_core.registry.cli import registry_group
+    from odyssey_core.rl.cli import train_command
     from odyssey_core.serve.cli import serve_command
     from odyssey_core.sft.cli import sft_command
 
@@ -101,6 +102,7 @@ def _attach_groups() -> None:
     main.add_command(curate_group, "curate")
     main.add_command(sft_command, "sft")
     main.add_command(registry_group, "registry")
+    main.add_command(train_command, "train")
 
 
 _attach_groups()
