@@ -18,13 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+
+from odyssey_core.common.checkpointing import (
+    CHECKPOINTS_DIR,
+    STATE_FILE,
+    capture_rng_state,
+    checkpoint_name,
+    latest_checkpoint,
+    point_latest,
+    restore_rng_state,
+)
 
 __all__ = [
     "CHECKPOINTS_DIR",
@@ -36,49 +44,8 @@ __all__ = [
     "save_checkpoint",
 ]
 
-CHECKPOINTS_DIR = "checkpoints"
-LATEST = "latest"
 POLICY_DIR = "policy"
-STATE_FILE = "trainer_state.pt"
 CONFIG_FILE = "config.json"
-
-
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:06d}"
-
-
-# -- RNG state as weights_only-safe containers ----------------------------------------------------
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy (legacy global) and torch CPU generator states, without numpy objects."""
-    np_state = np.random.get_state(legacy=False)
-    return {
-        "python": random.getstate(),
-        "numpy": {
-            "bit_generator": np_state["bit_generator"],
-            "key": torch.from_numpy(np.asarray(np_state["state"]["key"], dtype=np.int64)),
-            "pos": int(np_state["state"]["pos"]),
-            "has_gauss": int(np_state["has_gauss"]),
-            "gauss": float(np_state["gauss"]),
-        },
-        "torch": torch.get_rng_state(),
-    }
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np_state = state["numpy"]
-    np.random.set_state(
-        {
-            "bit_generator": np_state["bit_generator"],
-            "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
-            "has_gauss": np_state["has_gauss"],
-            "gauss": np_state["gauss"],
-        }
-    )
-    torch.set_rng_state(state["torch"])
 
 
 # -- save / find / load ---------------------------------------------------------------------------
@@ -114,23 +81,8 @@ def save_checkpoint(
     if final.exists():  # a re-run of the same step after a resume overwrites it
         shutil.rmtree(final)
     os.replace(tmp, final)
-    pointer = root / f".{LATEST}.tmp"
-    pointer.write_text(final.name + "\n")
-    with open(pointer) as f:  # make the pointer durable before it becomes visible
-        os.fsync(f.fileno())
-    os.replace(pointer, root / LATEST)
+    point_latest(out_dir, final)
     return final
-
-
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The newest complete checkpoint of a run, or None when there is none."""
-    pointer = Path(out_dir) / CHECKPOINTS_DIR / LATEST
-    if not pointer.is_file():
-        return None
-    folder = pointer.parent / pointer.read_text().strip()
-    if not (folder / STATE_FILE).is_file():
-        raise FileNotFoundError(f"{pointer} names {folder.name}, which is incomplete or missing")
-    return folder
 
 
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:

@@ -33,6 +33,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from odyssey_core.common.checkpointing import (
+    STATE_FILE,
+    atomic_write_text,
+    capture_rng_state,
+    latest_checkpoint,
+    restore_rng_state,
+)
 from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, SFTSample
 from odyssey_core.sft.settings import SFTSettings
@@ -54,7 +61,6 @@ DEEPSPEED_HINT = (
     "settings.deepspeed is set but DeepSpeed is not installed; install the GPU extra with "
     "`pip install 'odyssey-core[deepspeed]'` (or unset `deepspeed` to train without it)"
 )
-STATE_FILE = "trainer_state.pt"
 
 
 @dataclass(frozen=True)
@@ -80,56 +86,6 @@ def cosine_schedule(
         return min_ratio + (1 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * min(progress, 1.0)))
 
     return factor
-
-
-def latest_checkpoint(out_dir: str | Path) -> Path | None:
-    """The checkpoint ``out/checkpoints/latest`` points at, or None.
-
-    A crash between renaming a finished checkpoint into place and updating the pointer leaves
-    a complete ``step-*`` newer than the pointer; step folders only ever appear complete
-    (atomic rename), so the newest one wins.
-    """
-    root = Path(out_dir) / "checkpoints"
-    candidates = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
-    pointer = root / "latest"
-    if pointer.is_file():
-        named = root / pointer.read_text().strip()
-        if (named / STATE_FILE).is_file() and (not candidates or named.name >= candidates[-1].name):
-            return named
-    return candidates[-1] if candidates else None
-
-
-def _rng_state() -> dict[str, Any]:
-    # Only tensors, lists and scalars, so torch.load(weights_only=True) can read them back.
-    version, mt, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state: dict[str, Any] = {
-        "python": [version, list(mt), gauss],
-        "numpy": [kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
-        "torch": torch.get_rng_state(),
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    version, mt, gauss = state["python"]
-    random.setstate((version, tuple(mt), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic on POSIX: readers see the old or the new file
 
 
 class SFTTrainer:
@@ -425,7 +381,7 @@ class SFTTrainer:
             return
         lines = self.metrics_path.read_text().splitlines()
         kept = [line for line in lines if line and json.loads(line).get("step", 0) <= self.step]
-        _atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
+        atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
 
     # ----------------------------------------------------------------------------- saving
     def _save_weights(self, folder: Path) -> None:
@@ -461,7 +417,7 @@ class SFTTrainer:
         if self.rank != 0:
             return final
         self._save_weights(staging)
-        state["rng"] = _rng_state()
+        state["rng"] = capture_rng_state()
         torch.save(state, staging / STATE_FILE)
         meta = {
             "settings": self.settings.model_dump(mode="json"),
@@ -474,7 +430,7 @@ class SFTTrainer:
         if final.exists():  # left by a crash between the rename and the pointer update
             shutil.rmtree(final)
         os.rename(staging, final)
-        _atomic_write_text(self.ckpt_root / "latest", name + "\n")
+        atomic_write_text(self.ckpt_root / "latest", name + "\n")
         self._prune()
         return final
 
@@ -494,7 +450,7 @@ class SFTTrainer:
             self.optimizer.load_state_dict(state["optimizer"])
             self.scheduler.load_state_dict(state["scheduler"])
         self.step, self.epoch, self.index = state["step"], state["epoch"], state["index"]
-        _set_rng_state(state["rng"])
+        restore_rng_state(state["rng"])
         log.info("resumed from %s (step %d)", checkpoint, self.step)
 
     def save_final(self) -> Path:

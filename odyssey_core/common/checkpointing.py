@@ -1,0 +1,92 @@
+"""What every trainer's checkpoints share: the folder layout, the ``latest`` pointer, and RNG
+states stored so that ``torch.load(weights_only=True)`` can read them back.
+
+Layout: ``<out>/checkpoints/step-XXXXXX/`` (each written under a temporary name and renamed
+into place, so a step folder only ever appears complete) and ``<out>/checkpoints/latest``,
+a one-line pointer replaced atomically last.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINTS_DIR = "checkpoints"
+LATEST = "latest"
+STATE_FILE = "trainer_state.pt"
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def point_latest(out_dir: str | Path, checkpoint: Path) -> None:
+    atomic_write_text(Path(out_dir) / CHECKPOINTS_DIR / LATEST, checkpoint.name + "\n")
+
+
+def latest_checkpoint(out_dir: str | Path) -> Path | None:
+    """The newest complete checkpoint of a run, or None.
+
+    A crash between renaming a finished checkpoint into place and updating the pointer leaves
+    a complete ``step-*`` newer than the pointer; step folders only ever appear complete, so
+    the newest one wins.
+    """
+    root = Path(out_dir) / CHECKPOINTS_DIR
+    candidates = sorted(p for p in root.glob("step-*") if (p / STATE_FILE).is_file())
+    pointer = root / LATEST
+    if pointer.is_file():
+        named = root / pointer.read_text().strip()
+        if (named / STATE_FILE).is_file() and (not candidates or named.name >= candidates[-1].name):
+            return named
+    return candidates[-1] if candidates else None
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy (legacy global) and torch generator states, as plain containers."""
+    np_state = np.random.get_state(legacy=False)
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "bit_generator": np_state["bit_generator"],
+            "key": torch.from_numpy(np.asarray(np_state["state"]["key"], dtype=np.int64)),
+            "pos": int(np_state["state"]["pos"]),
+            "has_gauss": int(np_state["has_gauss"]),
+            "gauss": float(np_state["gauss"]),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        {
+            "bit_generator": np_state["bit_generator"],
+            "state": {"key": np_state["key"].numpy().astype(np.uint32), "pos": np_state["pos"]},
+            "has_gauss": np_state["has_gauss"],
+            "gauss": np_state["gauss"],
+        }
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
