@@ -1,0 +1,102 @@
+"""The training flows: each runs the pipeline up to its stage. Finished stages are skipped
+(Prefect's input cache, then the stage's done marker), so ``rl-train`` after ``sft`` pays only
+for RL, and rerunning a failed ``train-odysseus`` resumes where it stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from prefect import flow
+
+from odyssey_core.pipeline import PipelineConfig, load_pipeline_config, make_tracker
+from tasks.pipeline import curate_task, evaluate_task, promote_task, rl_task, sft_task
+
+STAGE_ORDER = ("curate", "sft", "rl", "evaluate", "promote")
+
+
+def results_table(results: dict[str, dict[str, Any]]) -> str:
+    """A markdown table of what each stage returned (URIs and numbers only)."""
+    lines = ["| stage | output | value |", "|---|---|---|"]
+    for stage, outputs in results.items():
+        for key, value in outputs.items():
+            text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            lines.append(f"| {stage} | {key} | {text} |")
+    return "\n".join(lines)
+
+
+@contextmanager
+def _flow_run(cfg: PipelineConfig, flow_name: str) -> Iterator[str]:
+    """An MLflow parent run for this flow run; the stages nest under it."""
+    tracker = make_tracker(cfg)
+    with tracker.run(f"{flow_name}:{cfg.run_key}", params=cfg.model_dump(mode="json")) as run:
+        yield run.run_id
+
+
+def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, Any]]:
+    """Run the stages in order up to and including ``until``."""
+    stop = STAGE_ORDER.index(until)
+    results: dict[str, dict[str, Any]] = {}
+    results["curate"] = curate_task(cfg, parent_run_id=parent)
+    if stop >= 1:
+        results["sft"] = sft_task(cfg, results["curate"]["dataset_uri"], parent_run_id=parent)
+    if stop >= 2:
+        results["rl"] = rl_task(cfg, results["sft"]["model_uri"], parent_run_id=parent)
+    if stop >= 3:
+        checkpoint = results["rl"]["checkpoint_uri"]
+        results["evaluate"] = evaluate_task(cfg, checkpoint, parent_run_id=parent)
+    if stop >= 4:
+        results["promote"] = promote_task(
+            cfg,
+            results["rl"]["checkpoint_uri"],
+            results["evaluate"],
+            results["sft"]["base_model_uri"],
+            parent_run_id=parent,
+        )
+    return results
+
+
+def _run(name: str, preset: str, overrides: dict[str, Any] | None, until: str) -> dict[str, Any]:
+    cfg = load_pipeline_config(preset, overrides)
+    with _flow_run(cfg, name) as parent:
+        results = _chain(cfg, parent, until)
+    print(f"{name} ({cfg.run_key}):\n{results_table(results)}")
+    return results
+
+
+@flow(name="curate-dataset", log_prints=True)
+def curate_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _run("curate-dataset", preset, overrides, "curate")
+
+
+@flow(name="sft", log_prints=True)
+def sft_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _run("sft", preset, overrides, "sft")
+
+
+@flow(name="rl-train", log_prints=True)
+def rl_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _run("rl-train", preset, overrides, "rl")
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _run("evaluate", preset, overrides, "evaluate")
+
+
+@flow(name="promote", log_prints=True)
+def promote_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _run("promote", preset, overrides, "promote")
+
+
+@flow(name="train-odysseus", log_prints=True)
+def train_odysseus_flow(
+    preset: str = "tiny", overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole chain: curate -> SFT -> RL -> evaluate -> promote."""
+    return _run("train-odysseus", preset, overrides, "promote")
+
+
+if __name__ == "__main__":
+    train_odysseus_flow()

@@ -1,0 +1,542 @@
+"""The Odysseus training pipeline as plain functions: curate -> SFT -> RL -> evaluate -> promote.
+
+Every stage works in ``<run_dir>/<stage>/``, publishes what it made to the artifact store under
+``runs/<run_id>/<stage>/`` and returns small dicts of URIs and numbers (never models or
+datasets), so an orchestrator (the Prefect flows under ``flows/``) can pass them around
+cheaply. The last thing a stage writes is ``<run_dir>/<stage>/done.json``: its outputs plus a
+fingerprint of its inputs. Called again with the same inputs while that marker and the outputs
+exist, a stage returns the recorded outputs without redoing any work; that is how a failed run
+resumes (RL additionally continues from its latest checkpoint).
+
+This module imports no Prefect: it runs the same from a notebook, a CLI or a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+import statistics
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from odyssey_core.config import config_dir, deep_merge
+
+__all__ = [
+    "DONE_MARKER",
+    "PipelineConfig",
+    "evaluate_checkpoint",
+    "load_pipeline_config",
+    "make_tracker",
+    "nightly_evaluate",
+    "read_marker",
+    "stage_curate",
+    "stage_evaluate",
+    "stage_promote",
+    "stage_rl",
+    "stage_sft",
+]
+
+log = logging.getLogger(__name__)
+
+DONE_MARKER = "done.json"
+STAGES = ("curate", "sft", "rl", "evaluate", "promote")
+SCORE_KEY = "eval.mean_progress"  # the registered-version metric nightly-eval compares against
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class StagePreset(_Model):
+    """A library preset (name or YAML path) plus overrides merged over it."""
+
+    preset: str = "tiny"
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class SFTStage(StagePreset):
+    base_model: str | None = Field(
+        default=None, description="a local model folder; null: build the tiny Qwen3-VL (seed 0)"
+    )
+
+
+class EvalStage(_Model):
+    suite: str = "odland"
+    overrides: dict[str, Any] = Field(default_factory=dict, description="top-level suite keys")
+    runs: int | None = Field(default=None, ge=1, description="from-start runs per level")
+    max_new_tokens: int | None = Field(default=None, ge=1, description="None: backend default")
+    vector: str = "sync"
+
+
+class PromotionStage(_Model):
+    margin: float | None = Field(default=None, ge=0, description="None: registry settings")
+    alpha: float | None = Field(default=None, gt=0, lt=1)
+    nightly_margin: float = Field(
+        default=0.0, ge=0, description="nightly-eval fails when the champion drops more"
+    )
+
+
+class PipelineConfig(_Model):
+    """One pipeline run (``configs/pipeline/*.yaml``)."""
+
+    name: str = "tiny"
+    game: str = "odland"
+    run_dir: Path = Path("out/pipeline/tiny")
+    run_id: str | None = Field(default=None, description="artifact-store prefix; default: name")
+    artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
+    tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
+    experiment: str = "odyssey/train_odysseus"
+    curate: StagePreset = StagePreset()
+    sft: SFTStage = SFTStage()
+    rl: StagePreset = StagePreset()
+    eval: EvalStage = EvalStage()
+    promotion: PromotionStage = PromotionStage()
+
+    @property
+    def run_key(self) -> str:
+        return self.run_id or self.name
+
+    @property
+    def store_uri(self) -> str:
+        return self.artifact_uri or (self.run_dir.resolve() / "artifacts").as_uri()
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.tracking_uri or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
+
+    def stage_dir(self, stage: str) -> Path:
+        path = self.run_dir / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def load_pipeline_config(
+    preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
+) -> PipelineConfig:
+    """A preset name under ``configs/pipeline/`` or a YAML path, plus nested overrides."""
+    path = Path(preset)
+    if path.suffix not in {".yaml", ".yml"}:
+        path = config_dir() / "pipeline" / f"{preset}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"pipeline preset {str(preset)!r} not found at {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    return PipelineConfig.model_validate(deep_merge(data, dict(overrides or {})))
+
+
+# -- done markers -------------------------------------------------------------------------------
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable hash of JSON-able inputs (configs as dicts, upstream URIs)."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_marker(stage_dir: Path) -> dict[str, Any] | None:
+    path = stage_dir / DONE_MARKER
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:  # a torn write: treat as not done
+        return None
+
+
+def _finished(stage_dir: Path, key: str) -> dict[str, Any] | None:
+    """The recorded outputs when the marker matches ``key`` and its local outputs still exist."""
+    marker = read_marker(stage_dir)
+    if marker is None or marker.get("fingerprint") != key:
+        return None
+    if not all(Path(p).exists() for p in marker.get("local", [])):
+        return None
+    log.info("%s: done marker matches, skipping", stage_dir.name)
+    return dict(marker["outputs"])
+
+
+def _mark_done(
+    stage_dir: Path, key: str, outputs: dict[str, Any], local: list[Path]
+) -> dict[str, Any]:
+    # Written atomically and last: a crash before this line means the stage reruns.
+    marker = {"fingerprint": key, "outputs": outputs, "local": [str(p) for p in local]}
+    tmp = stage_dir / f".{DONE_MARKER}.tmp"
+    tmp.write_text(json.dumps(marker, indent=2, sort_keys=True))
+    os.replace(tmp, stage_dir / DONE_MARKER)
+    return outputs
+
+
+# -- shared helpers -----------------------------------------------------------------------------
+
+
+def make_tracker(cfg: PipelineConfig) -> Any:
+    """The run's MLflow experiment; its artifacts go under the run folder, not ./mlruns."""
+    from odyssey_core.registry.tracking import Tracker
+
+    location = (cfg.run_dir.resolve() / "mlflow-artifacts").as_uri()
+    return Tracker(cfg.mlflow_uri, cfg.experiment, artifact_location=location)
+
+
+def _store(cfg: PipelineConfig, stage: str | None = None) -> Any:
+    from odyssey_core.registry.artifacts import open_store
+
+    store = open_store(cfg.store_uri)
+    return store if stage is None else store.for_run(cfg.run_key, stage)
+
+
+def _fetch(cfg: PipelineConfig, uri: str, dest: Path) -> Path:
+    """A local copy of a store folder; reused when a previous attempt already fetched it."""
+    if dest.is_dir() and any(dest.iterdir()):
+        return dest
+    store = _store(cfg)
+    return store.get_dir(store.key_for(uri), dest, overwrite=True)
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    out = {}
+    for key, value in metrics.items():
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if numeric and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+def _rl_preset_path(preset: str) -> Path:
+    path = Path(preset)
+    if path.suffix in {".yaml", ".yml"}:
+        return path
+    return config_dir() / "odysseus" / f"{preset}.yaml"
+
+
+# -- stages -------------------------------------------------------------------------------------
+
+
+def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """Record, sample, annotate, validate and build the SFT dataset; returns ``dataset_uri``."""
+    from odyssey_core.data.cli import curate, load_curate_config
+
+    work = cfg.stage_dir("curate")
+    config = load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+    key = fingerprint("curate", cfg.run_key, config.model_dump(mode="json"))
+    if (done := _finished(work, key)) is not None:
+        return done
+    with make_tracker(cfg).stage_run("curate", parent_run_id=parent_run_id, params=config) as run:
+        dataset = curate(config, work / "out")
+        manifest = json.loads((dataset / "manifest.json").read_text())
+        uri = _store(cfg, "curate").put_dir(dataset, "dataset")
+        run.log_dataset_manifest({**manifest, "uri": uri}, "sft")
+        validation = dataset / "validation.json"
+        if validation.is_file():
+            run.log_validation_report(json.loads(validation.read_text()), "curate")
+        run.log_metrics({"num_samples": float(manifest.get("num_samples", 0))})
+        outputs = {"dataset_uri": uri, "num_samples": int(manifest.get("num_samples", 0))}
+    return _mark_done(work, key, outputs, [dataset])
+
+
+def stage_sft(
+    cfg: PipelineConfig, dataset_uri: str, *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """Fine-tune the base model on the dataset; returns ``model_uri`` and ``base_model_uri``."""
+    from odyssey_core.sft.settings import load_sft_settings
+    from odyssey_core.sft.trainer import run_sft
+
+    work = cfg.stage_dir("sft")
+    settings = load_sft_settings(cfg.sft.preset, cfg.sft.overrides)
+    key = fingerprint(
+        "sft", cfg.run_key, settings.model_dump(mode="json"), cfg.sft.base_model, dataset_uri
+    )
+    if (done := _finished(work, key)) is not None:
+        return done
+    store = _store(cfg, "sft")
+    with make_tracker(cfg).stage_run("sft", parent_run_id=parent_run_id, params=settings) as run:
+        dataset = _fetch(cfg, dataset_uri, work / "dataset")
+        if cfg.sft.base_model is not None:
+            base = Path(cfg.sft.base_model)
+        else:
+            base = work / "base-model"
+            if not (base / "config.json").is_file():
+                from odyssey_core.models.tiny import build_tiny_model
+
+                build_tiny_model(base, seed=0)
+
+        def on_metrics(metrics: dict[str, Any]) -> None:
+            step = metrics.get("step")
+            run.log_metrics(_numeric(metrics), step=int(step) if step is not None else None)
+
+        # resume=True: a retried or resumed run picks up the latest SFT checkpoint
+        result = run_sft(
+            settings, dataset, base, work / "train", resume=True, callbacks=[on_metrics]
+        )
+        final = {"steps": float(result.steps)}
+        for name in ("train_loss", "eval_loss"):
+            if getattr(result, name) is not None:
+                final[f"final_{name}"] = float(getattr(result, name))
+        run.log_metrics(final)
+        model_uri = store.put_dir(result.final_dir, "model")
+        base_uri = store.put_dir(base, "base-model")
+        run.log_artifact_ref("model", model_uri)
+        outputs = {"model_uri": model_uri, "base_model_uri": base_uri, "steps": result.steps}
+    return _mark_done(work, key, outputs, [result.final_dir])
+
+
+def stage_rl(
+    cfg: PipelineConfig, model_uri: str, *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``."""
+    from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
+    from odyssey_core.rl.train_settings import load_train_settings
+    from odyssey_core.rl.trainer import RLTrainer
+
+    work = cfg.stage_dir("rl")
+    key = fingerprint("rl", cfg.run_key, cfg.rl.model_dump(mode="json"), model_uri)
+    if (done := _finished(work, key)) is not None:
+        return done
+    sft_model = _fetch(cfg, model_uri, work / "sft-model")
+    overrides = deep_merge(cfg.rl.overrides, {"model": {"path": str(sft_model.resolve())}})
+    settings = load_train_settings(_rl_preset_path(cfg.rl.preset), overrides)
+    with make_tracker(cfg).stage_run("rl", parent_run_id=parent_run_id, params=settings) as run:
+
+        def on_step(step: int, metrics: dict[str, float]) -> None:
+            run.log_metrics(_numeric(metrics), step=step)
+
+        trainer = RLTrainer.from_settings(
+            settings, work / "train", resume=True, callbacks=[on_step]
+        )
+        try:
+            trainer.train()
+            steps = trainer.step
+        finally:
+            trainer.close()
+        checkpoint = latest_checkpoint(work / "train")
+        if checkpoint is None:
+            raise RuntimeError(f"RL finished without a checkpoint under {work / 'train'}")
+        # the policy folder is what an hf: agent (and the registry) needs; the optimizer state
+        # stays local for resuming
+        uri = _store(cfg, "rl").put_dir(policy_dir(checkpoint), "checkpoint")
+        run.log_artifact_ref("checkpoint", uri)
+        run.log_metrics({"steps": float(steps)})
+        outputs = {"checkpoint_uri": uri, "steps": steps, "checkpoint": checkpoint.name}
+    return _mark_done(work, key, outputs, [checkpoint])
+
+
+def _episode_scores(results: Any, agent: str) -> list[float]:
+    """Per-episode progress made (from every section that ran), the gate's sample."""
+    return [
+        float(r.gained)
+        for section in results.sections
+        if section.skipped is None
+        for r in section.records.get(agent, [])
+        if r.error is None
+    ]
+
+
+def evaluate_checkpoint(
+    cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path
+) -> dict[str, Any]:
+    """Evaluate one model folder of the store on the configured suite, no marker: returns
+    per-episode scores, their mean, the flat metrics and the report folder."""
+    from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
+    from odyssey_core.eval.report import write_report
+    from odyssey_core.eval.runner import evaluate_suite
+    from odyssey_core.eval.suites import load_suite
+    from odyssey_core.policy.base import GenerationParams
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model = _fetch(cfg, model_uri, out_dir / "model")
+    suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
+    params = (
+        GenerationParams(max_new_tokens=cfg.eval.max_new_tokens)
+        if cfg.eval.max_new_tokens
+        else None
+    )
+    agent = build_policy_agent(
+        parse_agent_spec(f"hf:{model.resolve()}", label=label), game=cfg.game, params=params
+    )
+    results = evaluate_suite(suite, [agent], runs=cfg.eval.runs, vector=cfg.eval.vector)
+    report = write_report(results, out_dir / "report", videos=False, plots=False)
+    scores = _episode_scores(results, label)
+    mean = statistics.fmean(scores) if scores else float("nan")
+    (out_dir / "scores.json").write_text(json.dumps({"label": label, "scores": scores}))
+    return {
+        "scores": scores,
+        "mean": mean,
+        "metrics": _numeric(results.metrics()),
+        "report_dir": str(out_dir / "report"),
+        "report_markdown": str(report.markdown),
+    }
+
+
+def stage_evaluate(
+    cfg: PipelineConfig, checkpoint_uri: str, *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean."""
+    work = cfg.stage_dir("evaluate")
+    key = fingerprint("evaluate", cfg.run_key, cfg.eval.model_dump(mode="json"), checkpoint_uri)
+    if (done := _finished(work, key)) is not None:
+        return done
+    params = cfg.eval.model_dump(mode="json")
+    with make_tracker(cfg).stage_run("evaluate", parent_run_id=parent_run_id, params=params) as run:
+        evaluated = evaluate_checkpoint(cfg, checkpoint_uri, "candidate", work / "candidate")
+        run.log_metrics(_numeric({**evaluated["metrics"], SCORE_KEY: evaluated["mean"]}))
+        run.log_artifact(evaluated["report_markdown"], "reports")
+        store = _store(cfg, "evaluate")
+        report_uri = store.put_dir(evaluated["report_dir"], "report")
+        scores_uri = store.put_file(work / "candidate" / "scores.json", "scores.json")
+        outputs = {
+            "report_uri": report_uri,
+            "scores_uri": scores_uri,
+            "scores_path": str(work / "candidate" / "scores.json"),
+            "mean_progress": evaluated["mean"],
+            "episodes": len(evaluated["scores"]),
+        }
+    return _mark_done(work, key, outputs, [work / "candidate" / "scores.json"])
+
+
+def _read_scores(cfg: PipelineConfig, evaluation: Mapping[str, Any], dest: Path) -> list[float]:
+    path = Path(evaluation.get("scores_path", ""))
+    if not path.is_file():
+        store = _store(cfg)
+        path = store.get_file(store.key_for(evaluation["scores_uri"]), dest)
+    return [float(x) for x in json.loads(Path(path).read_text())["scores"]]
+
+
+def stage_promote(
+    cfg: PipelineConfig,
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model_uri: str,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Register the checkpoint as the candidate version and run the promotion gate against the
+    champion's scores on the same suite (re-evaluated now) or, for the first model, the base
+    model's. Returns the version, the decision and its reason."""
+    from odyssey_core.registry.models import ModelRegistry
+
+    work = cfg.stage_dir("promote")
+    key = fingerprint(
+        "promote",
+        cfg.run_key,
+        cfg.eval.model_dump(mode="json"),
+        cfg.promotion.model_dump(mode="json"),
+        checkpoint_uri,
+        evaluation.get("scores_uri"),
+        base_model_uri,
+    )
+    if (done := _finished(work, key)) is not None:
+        return done
+    candidate_scores = _read_scores(cfg, evaluation, work / "candidate-scores.json")
+    registry = ModelRegistry(cfg.mlflow_uri)
+    with make_tracker(cfg).stage_run("promote", parent_run_id=parent_run_id) as run:
+        champion = registry.champion(cfg.game)
+        reference_uri = registry.checkpoint_uri(cfg.game, champion) if champion else base_model_uri
+        label = "champion" if champion else "base"
+        shutil.rmtree(work / label, ignore_errors=True)  # the champion may have changed
+        reference = evaluate_checkpoint(cfg, reference_uri, label, work / label)
+        mean = statistics.fmean(candidate_scores) if candidate_scores else float("nan")
+        version = registry.register_checkpoint(
+            checkpoint_uri,
+            cfg.game,
+            run_id=run.run_id,
+            metrics={SCORE_KEY: mean, "eval.episodes": float(len(candidate_scores))},
+            tags={"odyssey.pipeline_run": cfg.run_key, "odyssey.suite": cfg.eval.suite},
+        )
+        decision = registry.promote(
+            cfg.game,
+            candidate_scores,
+            champion_scores=reference["scores"] if champion else None,
+            base_scores=None if champion else reference["scores"],
+            margin=cfg.promotion.margin,
+            alpha=cfg.promotion.alpha,
+            candidate_version=version,
+        )
+        gate = decision.gate
+        run.log_params({"reference": label, "reference_version": champion or "base"})
+        run.log_metrics(
+            _numeric(
+                {"candidate_mean": mean, f"{label}_mean": reference["mean"], "version": version}
+            )
+        )
+        run.set_tags(
+            {"promotion.promoted": str(decision.promoted), "promotion.reason": gate.reason}
+        )
+        outputs = {
+            "model_name": registry.model_name(cfg.game),
+            "version": version,
+            "promoted": decision.promoted,
+            "reason": gate.reason,
+            "reference": label,
+            "reference_version": champion,
+            "champion": decision.champion,
+            "candidate_mean": mean,
+            "reference_mean": reference["mean"],
+        }
+    return _mark_done(work, key, outputs, [])
+
+
+# -- nightly evaluation -------------------------------------------------------------------------
+
+
+def nightly_evaluate(
+    cfg: PipelineConfig, out_dir: Path | None = None, *, log_fn: Callable[[str], None] = log.info
+) -> dict[str, Any]:
+    """Evaluate the champion (and the candidate, if any) on the suite and log each mean as one
+    more point of a time series in MLflow (run ``nightly-<game>``). ``regressed`` says whether
+    the champion fell below its recorded score by more than ``promotion.nightly_margin``; the
+    caller decides what a regression does (the flow fails and emits an event)."""
+    import time
+
+    from odyssey_core.registry.models import ModelRegistry
+
+    registry = ModelRegistry(cfg.mlflow_uri)
+    name = registry.model_name(cfg.game)
+    champion = registry.champion(cfg.game)
+    if champion is None:
+        raise RuntimeError(f"{name} has no champion to evaluate")
+    out = out_dir or cfg.run_dir / "nightly" / time.strftime("%Y%m%dT%H%M%S")
+    tracker = make_tracker(cfg)
+    # one long-lived run per game: its metric history is the nightly time series
+    found = tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`odyssey.nightly` = '{cfg.game}'"
+    )
+    series = (
+        tracker.attach(found[0].info.run_id)
+        if found
+        else tracker.start(f"nightly-{cfg.game}", tags={"odyssey.nightly": cfg.game})
+    )
+    step = len(tracker.metric_history(series.run_id, "champion_mean"))
+    rows: dict[str, Any] = {}
+    targets = {"champion": champion}
+    candidate = registry.candidate(cfg.game)
+    if candidate is not None and candidate != champion:
+        targets["candidate"] = candidate
+    for label, version in targets.items():
+        uri = registry.checkpoint_uri(cfg.game, version)
+        evaluated = evaluate_checkpoint(cfg, uri, label, out / label)
+        rows[label] = {"version": version, "mean": evaluated["mean"]}
+        series.log_metrics(_numeric({f"{label}_mean": evaluated["mean"]}), step=step)
+        log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
+    tags = registry.client.get_model_version(name, str(champion)).tags or {}
+    recorded = float(tags.get(f"metric.{SCORE_KEY}", "nan"))
+    current = rows["champion"]["mean"]
+    regressed = math.isfinite(recorded) and recorded - current > cfg.promotion.nightly_margin
+    series.log_metrics({"champion_regressed": float(regressed)}, step=step)
+    return {
+        "model_name": name,
+        "champion": champion,
+        "recorded": recorded,
+        "current": current,
+        "margin": cfg.promotion.nightly_margin,
+        "regressed": regressed,
+        "evaluated": rows,
+        "mlflow_run_id": series.run_id,
+    }

@@ -1,0 +1,147 @@
+"""One Prefect task per pipeline stage, thin over :mod:`odyssey_core.pipeline`.
+
+Two layers make a rerun cheap: Prefect's result cache (keyed on the task inputs, results
+persisted under ``PREFECT_HOME``) skips a task whose inputs it has seen, and the stage's own
+done marker skips the work when the cache is cold (a new Prefect home, another worker).
+Retries are only for transient failures: a deterministic error (a bad config, a shape
+mismatch) fails at once instead of burning three more hours of RL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prefect import Task, task
+from prefect.cache_policies import INPUTS
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import State
+
+from odyssey_core import pipeline
+from odyssey_core.pipeline import PipelineConfig
+
+__all__ = [
+    "curate_task",
+    "evaluate_task",
+    "is_transient_error",
+    "promote_task",
+    "retry_on_transient",
+    "rl_task",
+    "sft_task",
+]
+
+# The MLflow parent run differs on every flow run; it must not change the cache key.
+CACHE = INPUTS - "parent_run_id"
+
+_TRANSIENT_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+}
+# errno values of network trouble (connection refused/reset/aborted, unreachable, timed out)
+_NETWORK_ERRNOS = {32, 101, 103, 104, 110, 111, 112, 113}
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not s for s in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def is_transient_error(exc: BaseException) -> bool:
+    """Worth retrying: network errors, S3 5xx/throttling, the openai backend's retryable
+    statuses (it already retried; a later attempt may still succeed). Checks the cause chain."""
+    for err in _chain(exc):
+        if isinstance(err, ConnectionError | TimeoutError):
+            return True
+        if isinstance(err, OSError) and err.errno in _NETWORK_ERRNOS:
+            return True
+        try:
+            from botocore.exceptions import ClientError
+            from botocore.exceptions import ConnectionError as BotoConnectionError
+        except ImportError:  # pragma: no cover - botocore is a dependency, but stay tolerant
+            ClientError = BotoConnectionError = ()  # type: ignore[assignment,misc]
+        if BotoConnectionError and isinstance(err, BotoConnectionError):
+            return True
+        if ClientError and isinstance(err, ClientError):
+            response = err.response or {}
+            code = str(response.get("Error", {}).get("Code", ""))
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500):
+                return True
+        from odyssey_core.policy.openai_backend import OpenAIBackendError
+
+        if isinstance(err, OpenAIBackendError):
+            status = err.status_code
+            # None: connection/timeout errors that used up the backend's own retries
+            if status is None or status in (408, 409, 429) or status >= 500:
+                return True
+    return False
+
+
+def retry_on_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """Prefect ``retry_condition_fn``: retry only when the failure was transient."""
+    exc = state.data if isinstance(state.data, BaseException) else None
+    if exc is None:
+        try:
+            exc = state.result(raise_on_failure=False)  # type: ignore[assignment]
+        except Exception:  # an unreadable result: do not retry blindly
+            return False
+    return isinstance(exc, BaseException) and is_transient_error(exc)
+
+
+_COMMON: dict[str, Any] = {
+    "retries": 2,
+    "retry_delay_seconds": [30, 120],
+    "retry_condition_fn": retry_on_transient,
+    "cache_policy": CACHE,
+    "persist_result": True,
+}
+
+
+@task(name="curate", timeout_seconds=6 * 3600, **_COMMON)
+def curate_task(cfg: PipelineConfig, parent_run_id: str | None = None) -> dict[str, Any]:
+    return pipeline.stage_curate(cfg, parent_run_id=parent_run_id)
+
+
+@task(name="sft", timeout_seconds=24 * 3600, **_COMMON)
+def sft_task(
+    cfg: PipelineConfig, dataset_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_sft(cfg, dataset_uri, parent_run_id=parent_run_id)
+
+
+@task(name="rl-train", timeout_seconds=72 * 3600, **_COMMON)
+def rl_task(
+    cfg: PipelineConfig, model_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    # a retry continues from the last RL checkpoint (the stage trains with resume=True)
+    return pipeline.stage_rl(cfg, model_uri, parent_run_id=parent_run_id)
+
+
+@task(name="evaluate", timeout_seconds=12 * 3600, **_COMMON)
+def evaluate_task(
+    cfg: PipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+
+
+@task(name="promote", timeout_seconds=12 * 3600, **_COMMON)
+def promote_task(
+    cfg: PipelineConfig,
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_promote(
+        cfg, checkpoint_uri, evaluation, base_model_uri, parent_run_id=parent_run_id
+    )

@@ -1,0 +1,238 @@
+"""The pipeline stages end to end at toy sizes, their resume/skip behaviour, the promotion and
+nightly paths, the retry condition, and the `train-odysseus` flow on a real Prefect server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from odyssey_core import pipeline
+from odyssey_core.pipeline import (
+    DONE_MARKER,
+    PipelineConfig,
+    load_pipeline_config,
+    stage_curate,
+    stage_evaluate,
+    stage_promote,
+    stage_rl,
+    stage_sft,
+)
+
+
+def tiny(run_dir: Path) -> PipelineConfig:
+    # configs/pipeline/tiny.yaml is already minimal: 20 frames, 4 SFT steps, 1 RL step,
+    # 2 eval runs of 3 turns
+    return load_pipeline_config("tiny", {"run_dir": str(run_dir)})
+
+
+def run_all(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    out["curate"] = stage_curate(cfg)
+    out["sft"] = stage_sft(cfg, out["curate"]["dataset_uri"])
+    out["rl"] = stage_rl(cfg, out["sft"]["model_uri"])
+    out["evaluate"] = stage_evaluate(cfg, out["rl"]["checkpoint_uri"])
+    out["promote"] = stage_promote(
+        cfg, out["rl"]["checkpoint_uri"], out["evaluate"], out["sft"]["base_model_uri"]
+    )
+    return out
+
+
+def stage_runs(cfg: PipelineConfig) -> list[Any]:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(cfg.mlflow_uri)
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    return list(client.search_runs([experiment.experiment_id], "tags.`odyssey.stage` != ''"))
+
+
+def test_presets_load() -> None:
+    tiny_cfg = load_pipeline_config("tiny")
+    assert tiny_cfg.game == "odland" and tiny_cfg.eval.runs == 2
+    paper = load_pipeline_config("paper")
+    assert paper.game == "mario" and paper.rl.preset == "paper"
+    assert paper.store_uri.startswith("file://") and paper.mlflow_uri.startswith("sqlite:///")
+    with pytest.raises(ValueError):
+        load_pipeline_config("tiny", {"typo": 1})
+
+
+def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
+    from odyssey_core.registry.artifacts import open_store
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = tiny(tmp_path / "run")
+    first = run_all(cfg)
+
+    # every output is a URI into the run-scoped prefix of the store, and complete there
+    store = open_store(cfg.store_uri)
+    uris = [
+        first["curate"]["dataset_uri"],
+        first["sft"]["model_uri"],
+        first["sft"]["base_model_uri"],
+        first["rl"]["checkpoint_uri"],
+        first["evaluate"]["report_uri"],
+    ]
+    for uri in uris:
+        assert f"/runs/{cfg.run_key}/" in uri
+        assert store.read_manifest(store.key_for(uri)).files
+    assert store.exists(store.key_for(first["evaluate"]["scores_uri"]))
+    assert first["evaluate"]["episodes"] == 2
+
+    # the registry: version 1 points at the checkpoint, with metrics and the gate's decision
+    registry = ModelRegistry(cfg.mlflow_uri)
+    decision = first["promote"]
+    assert decision["version"] == 1 and decision["reference"] == "base" and decision["reason"]
+    mv = registry.client.get_model_version(registry.model_name("odland"), "1")
+    assert mv.source == first["rl"]["checkpoint_uri"]
+    assert mv.tags["checkpoint_uri"] == first["rl"]["checkpoint_uri"]
+    assert "metric.eval.mean_progress" in mv.tags
+    assert mv.tags["promotion.decision"] == ("promoted" if decision["promoted"] else "rejected")
+    if decision["promoted"]:
+        assert registry.champion("odland") == 1
+    else:
+        assert registry.candidate("odland") == 1 and registry.champion("odland") is None
+
+    # MLflow: one nested run per stage, with params, metrics and the small artifacts
+    runs = {r.data.tags["odyssey.stage"]: r for r in stage_runs(cfg)}
+    assert set(runs) == {"curate", "sft", "rl", "evaluate", "promote"}
+    assert runs["sft"].data.metrics["steps"] == 4 and runs["rl"].data.metrics["steps"] == 1
+    assert runs["curate"].data.tags["dataset.sft"] == first["curate"]["dataset_uri"]
+    curate_files = {a.path for a in registry.client.list_artifacts(runs["curate"].info.run_id)}
+    assert {"datasets", "reports"} <= curate_files
+
+    # a second call with the same inputs: markers untouched, nothing logged or registered
+    markers = {s: (cfg.run_dir / s / DONE_MARKER).stat().st_mtime_ns for s in first}
+    second = run_all(cfg)
+    assert second == json.loads(json.dumps(first))
+    assert markers == {s: (cfg.run_dir / s / DONE_MARKER).stat().st_mtime_ns for s in first}
+    assert len(stage_runs(cfg)) == 5
+    assert len(registry.client.search_model_versions(f"name='{mv.name}'")) == 1
+
+    # changed inputs rerun that stage: one more eval run with the other runs untouched
+    more = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"runs": 3})})
+    assert stage_evaluate(more, first["rl"]["checkpoint_uri"])["episodes"] == 3
+    assert stage_rl(more, first["sft"]["model_uri"]) == first["rl"]
+
+
+def _fake_eval(scores_by_label: dict[str, list[float]]):
+    def fake(cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path) -> dict[str, Any]:
+        scores = scores_by_label[label]
+        return {
+            "scores": scores,
+            "mean": sum(scores) / len(scores),
+            "metrics": {},
+            "report_dir": str(out_dir),
+            "report_markdown": "",
+        }
+
+    return fake
+
+
+def test_promotion_against_base_then_champion_and_nightly(tmp_path: Path, monkeypatch) -> None:
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = tiny(tmp_path / "run")
+    scores = {"base": [0.0, 1.0, 0.5, 0.2], "champion": [10.0, 11.0, 10.5, 9.5]}
+    monkeypatch.setattr(pipeline, "evaluate_checkpoint", _fake_eval(scores))
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"scores": [10.0, 11.0, 10.0, 9.0]}))
+    first = stage_promote(cfg, "file:///ckpt/a", {"scores_path": str(good)}, "file:///base")
+    assert first["promoted"] and first["reference"] == "base" and first["champion"] == 1
+
+    # the second model is judged against the champion, here on a fresh run folder
+    weak = tmp_path / "weak.json"
+    weak.write_text(json.dumps({"scores": [1.0, 2.0, 1.5, 1.0]}))
+    shared = {"tracking_uri": cfg.mlflow_uri, "artifact_uri": cfg.store_uri}
+    cfg2 = cfg.model_copy(update={"run_dir": tmp_path / "run2", "run_id": "second", **shared})
+    second = stage_promote(cfg2, "file:///ckpt/b", {"scores_path": str(weak)}, "file:///base")
+    assert not second["promoted"] and second["reference"] == "champion"
+    assert second["reference_version"] == 1 and second["version"] == 2
+    registry = ModelRegistry(cfg.mlflow_uri)
+    assert registry.champion("odland") == 1 and registry.candidate("odland") == 2
+
+    # nightly: the champion scores as recorded -> fine; far below -> regressed
+    scores["champion"] = [10.0, 10.0]
+    scores["candidate"] = [1.0, 1.0]
+    ok = pipeline.nightly_evaluate(cfg, tmp_path / "n1")
+    assert not ok["regressed"] and set(ok["evaluated"]) == {"champion", "candidate"}
+    scores["champion"] = [0.0, 0.0]
+    bad = pipeline.nightly_evaluate(cfg, tmp_path / "n2")
+    assert bad["regressed"] and bad["recorded"] == pytest.approx(10.0)
+    history = registry.client.get_metric_history(bad["mlflow_run_id"], "champion_mean")
+    assert sorted((m.step, m.value) for m in history) == [(0, 10.0), (1, 0.0)]
+
+
+def test_retry_condition_only_for_transient_errors() -> None:
+    from botocore.exceptions import ClientError
+
+    from odyssey_core.policy.openai_backend import OpenAIBackendError
+    from tasks.pipeline import is_transient_error
+
+    def client_error(code: str, status: int) -> ClientError:
+        return ClientError(
+            {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "PutObject"
+        )
+
+    assert is_transient_error(ConnectionResetError())
+    assert is_transient_error(TimeoutError())
+    assert is_transient_error(client_error("SlowDown", 503))
+    assert is_transient_error(client_error("InternalError", 500))
+    assert is_transient_error(OpenAIBackendError("busy", status_code=429))
+    assert is_transient_error(OpenAIBackendError("gave up", status_code=None))
+    wrapped = RuntimeError("upload failed")
+    wrapped.__cause__ = client_error("ThrottlingException", 400)
+    assert is_transient_error(wrapped)
+    assert not is_transient_error(client_error("NoSuchKey", 404))
+    assert not is_transient_error(OpenAIBackendError("bad key", status_code=401))
+    assert not is_transient_error(ValueError("bad config"))
+    assert not is_transient_error(FileNotFoundError(2, "missing"))
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def test_nightly_flow_fails_and_emits_on_regression(
+    prefect_server, tmp_path: Path, monkeypatch
+) -> None:
+    from flows import nightly
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = tiny(tmp_path / "run")
+    registry = ModelRegistry(cfg.mlflow_uri)
+    registry.register_checkpoint("file:///ckpt/a", "odland", metrics={"eval.mean_progress": 10.0})
+    registry.promote("odland", [10.0, 11.0, 10.5], base_scores=[0.0, 0.5, 0.2])
+    monkeypatch.setattr(pipeline, "evaluate_checkpoint", _fake_eval({"champion": [0.0, 0.0]}))
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(nightly, "emit_event", lambda **kw: events.append(kw))
+    overrides = {"run_dir": str(cfg.run_dir)}
+    with pytest.raises(nightly.ChampionRegressedError):
+        nightly.nightly_eval_flow(preset="tiny", overrides=overrides)
+    assert [e["event"] for e in events] == [nightly.REGRESSION_EVENT]
+    assert events[0]["payload"]["recorded"] == 10.0
+
+
+@pytest.mark.slow
+def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path: Path) -> None:
+    from flows.pipeline import train_odysseus_flow
+    from odyssey_core.registry.models import ModelRegistry
+
+    overrides = {"run_dir": str(tmp_path / "run")}
+    first = train_odysseus_flow(preset="tiny", overrides=overrides)
+    assert first["promote"]["version"] == 1
+    cfg = tiny(tmp_path / "run")
+    marker = (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns
+    again = train_odysseus_flow(preset="tiny", overrides=overrides)
+    assert again == first
+    assert (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns == marker
+    registry = ModelRegistry(cfg.mlflow_uri)
+    name = registry.model_name("odland")
+    assert len(registry.client.search_model_versions(f"name='{name}'")) == 1
+    parents = [r for r in stage_runs(cfg) if r.data.tags.get("mlflow.parentRunId")]
+    assert len(parents) == 5  # the rerun's stages came from the cache: no new stage runs
