@@ -20,8 +20,17 @@ export GX_ANALYTICS_ENABLED := false
 
 .PHONY: demo test setup system-deps rom rom-check rom-update lint format bench clean
 
+# The search expert finishes odland 1-1 on video, then the whole Odysseus pipeline runs at toy
+# size as the train-odysseus Prefect flow: curate -> SFT -> RL -> evaluate -> promote.
 demo: setup
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
+	$(PY) -m flows.pipeline
+	@echo
+	@echo "Where to look:"
+	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"
+	@echo "  pipeline run:    out/pipeline/odland-tiny/ (stage folders, artifacts/, evaluate/ report)"
+	@echo "  MLflow UI:       $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///out/pipeline/odland-tiny/mlflow.db"
+	@echo "  model registry:  $(VENV)/bin/odyssey registry --tracking-uri sqlite:///out/pipeline/odland-tiny/mlflow.db list"
 
 test: setup rom-check lint
 	$(PY) -m pytest
