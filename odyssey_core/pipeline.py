@@ -395,6 +395,7 @@ def stage_evaluate(
             "report_uri": report_uri,
             "scores_uri": scores_uri,
             "scores_path": str(work / "candidate" / "scores.json"),
+            "report_markdown": str(evaluated["report_markdown"]),
             "mean_progress": evaluated["mean"],
             "episodes": len(evaluated["scores"]),
         }

@@ -10,9 +10,11 @@ mismatch) fails at once instead of burning three more hours of RL.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from prefect import Task, task
+from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import INPUTS
 from prefect.client.schemas.objects import TaskRun
 from prefect.states import State
@@ -131,7 +133,15 @@ def rl_task(
 def evaluate_task(
     cfg: PipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
 ) -> dict[str, Any]:
-    return pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+    outputs = pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+    report = Path(outputs.get("report_markdown", ""))
+    if report.is_file():  # the Table-2 style report, shown on the flow run's page
+        create_markdown_artifact(
+            key=f"evaluation-{cfg.name}".lower().replace("_", "-"),
+            markdown=report.read_text(),
+            description=f"evaluation of {checkpoint_uri}",
+        )
+    return outputs
 
 
 @task(name="promote", timeout_seconds=12 * 3600, **_COMMON)

@@ -218,6 +218,18 @@ def test_nightly_flow_fails_and_emits_on_regression(
     assert events[0]["payload"]["recorded"] == 10.0
 
 
+def _artifact_keys() -> set[str]:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    async def read() -> set[str]:
+        async with get_client() as client:
+            return {a.key for a in await client.read_artifacts()}
+
+    return asyncio.run(read())
+
+
 @pytest.mark.slow
 def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path: Path) -> None:
     from flows.pipeline import train_odysseus_flow
@@ -226,6 +238,7 @@ def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path
     overrides = {"run_dir": str(tmp_path / "run")}
     first = train_odysseus_flow(preset="tiny", overrides=overrides)
     assert first["promote"]["version"] == 1
+    assert _artifact_keys() >= {"evaluation-odland-tiny"}, "the report is on the flow run"
     cfg = tiny(tmp_path / "run")
     marker = (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns
     again = train_odysseus_flow(preset="tiny", overrides=overrides)

@@ -271,6 +271,8 @@ def test_lora_warmup_and_value_free_estimator(tmp_path: Path, tiny_model_dir: Pa
     assert second["actor/updated"] == 1.0 and "critic/explained_variance_pre" not in second
     for m in (first, second):
         assert 0.0 <= m["time/critic_share_of_update"] <= 1.0 and "critic/loss" in m
+        # GTR's thought-collapse signals ride along with every step's metrics
+        assert 0.0 <= m["collapse/valid_rate"] <= 1.0 and m["collapse/turns"] > 0
     checkpoint = latest_checkpoint(tmp_path / "run")
     assert (checkpoint / "policy" / "adapter_config.json").is_file()
     state = load_trainer_state(checkpoint)

@@ -308,6 +308,7 @@ class RLTrainer:
 
         metrics: dict[str, float] = {"step": float(step + 1)}
         metrics.update(rollout.as_dict())
+        metrics.update(self._collapse_metrics(batch))
         if values is not None:  # how well the critic knew this batch before training on it
             metrics["critic/explained_variance_pre"] = explained_variance(values, returns)
         metrics["adv/mean"] = float(advantages.mean())
@@ -337,6 +338,15 @@ class RLTrainer:
         metrics.update({f"time/{k}": v for k, v in timing.items()})
         self.step += 1
         return metrics
+
+    def _collapse_metrics(self, batch: TurnBatch) -> dict[str, float]:
+        """GTR's thought-collapse signals on this batch's answers; crossed thresholds warn."""
+        from odyssey_core.eval.collapse import collapse_metrics
+
+        report = collapse_metrics([e.get("response", "") for e in batch.extras], batch.frames)
+        for warning in report.warnings():
+            log.warning("step %d thought collapse: %s", self.step + 1, warning)
+        return {f"collapse/{key}": value for key, value in report.metrics.items()}
 
     def _policy_update(self, batch: TurnBatch, timing: dict[str, float]) -> dict[str, float]:
         """PPO-clip over the turns with non-zero advantage; returns the actor metrics."""
