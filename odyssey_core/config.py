@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -94,25 +94,62 @@ def deep_merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any
     return merged
 
 
-def load_config(
-    preset: str | Path = "tiny", overrides: dict[str, Any] | None = None
-) -> OdysseyConfig:
-    """Load a preset by name (``tiny``, ``paper``) or by path, then apply nested overrides."""
+INHERIT_KEY = "inherit"
+M = TypeVar("M", bound=BaseModel)
+
+
+def preset_path(preset: str | Path, kind: str = "") -> Path:
+    """A YAML path as given, or a preset name resolved to ``configs/<kind>/<name>.yaml``."""
     path = Path(preset)
-    if path.suffix not in {".yaml", ".yml"}:
-        path = config_dir() / f"{preset}.yaml"
-    if not path.is_file():
-        known = ", ".join(available_presets()) or "(none found)"
-        raise FileNotFoundError(
-            f"config preset {str(preset)!r} not found at {path}; known presets: {known}"
-        )
+    if path.suffix in {".yaml", ".yml"}:
+        return path
+    return config_dir() / kind / f"{preset}.yaml"
+
+
+def read_preset(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A preset's mapping; ``inherit: other.yaml`` (relative to the file) is read first and
+    this file's keys are laid over it."""
+    path = path.resolve()
+    if path in seen:
+        raise ValueError(f"inherit cycle: {' -> '.join(map(str, (*seen, path)))}")
     data = yaml.safe_load(path.read_text()) or {}
     if not isinstance(data, dict):
         raise ValueError(
             f"{path}: a preset must be a mapping of sections, got {type(data).__name__}"
         )
-    data = deep_merge(data, overrides or {})
+    parent = data.pop(INHERIT_KEY, None)
+    if parent is None:
+        return data
+    return deep_merge(read_preset(path.parent / parent, (*seen, path)), data)
+
+
+def load_preset(
+    model: type[M],
+    preset: str | Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    kind: str = "",
+    what: str = "config",
+) -> M:
+    """Every preset loader in one: find the file (a name under ``configs/<kind>/`` or a path),
+    follow ``inherit:``, lay nested ``overrides`` over it, and validate into ``model``; errors
+    name the file and list the presets there are."""
+    path = preset_path(preset, kind)
+    if not path.is_file():
+        folder = config_dir() / kind
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "(none found)"
+        raise FileNotFoundError(
+            f"{what} preset {str(preset)!r} not found at {path}; known presets: {known}"
+        )
+    data = deep_merge(read_preset(path), dict(overrides or {}))
     try:
-        return OdysseyConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as err:
-        raise ValueError(f"invalid configuration in {path}:\n{err}") from None
+        raise ValueError(f"invalid {what} in {path}:\n{err}") from None
+
+
+def load_config(
+    preset: str | Path = "tiny", overrides: dict[str, Any] | None = None
+) -> OdysseyConfig:
+    """Load a preset by name (``tiny``, ``paper``) or by path, then apply nested overrides."""
+    return load_preset(OdysseyConfig, preset, overrides, what="configuration")

@@ -24,10 +24,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from odyssey_core.config import config_dir, deep_merge
+from odyssey_core.config import config_dir, deep_merge, load_preset
 
 __all__ = [
     "DONE_MARKER",
@@ -125,13 +124,9 @@ def load_pipeline_config(
     preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> PipelineConfig:
     """A preset name under ``configs/pipeline/`` or a YAML path, plus nested overrides."""
-    path = Path(preset)
-    if path.suffix not in {".yaml", ".yml"}:
-        path = config_dir() / "pipeline" / f"{preset}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"pipeline preset {str(preset)!r} not found at {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    return PipelineConfig.model_validate(deep_merge(data, dict(overrides or {})))
+    return load_preset(
+        PipelineConfig, preset, dict(overrides or {}), kind="pipeline", what="pipeline"
+    )
 
 
 # -- done markers -------------------------------------------------------------------------------

@@ -26,11 +26,10 @@ from typing import Any, Literal
 
 import gymnasium
 import numpy as np
-import yaml
 from PIL import Image
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from odyssey_core.config import GameBoyEnvConfig, StrictModel, deep_merge
+from odyssey_core.config import GameBoyEnvConfig, StrictModel, load_preset
 from odyssey_core.envs.base import Observation, TurnEnv
 
 ActionSetName = Literal["original", "engineered"]
@@ -146,18 +145,9 @@ class SB3PPOSettings(StrictModel):
 def load_sb3_ppo_settings(
     path: str | Path, overrides: dict[str, Any] | None = None
 ) -> SB3PPOSettings:
-    """Read a baseline preset YAML and apply nested ``overrides`` (``{"ppo": {...}}``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"baseline preset not found: {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a preset must be a mapping, got {type(data).__name__}")
-    data = deep_merge(data, overrides or {})
-    try:
-        return SB3PPOSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid baseline preset {path}:\n{err}") from None
+    """A baseline preset under ``configs/baselines/`` or a YAML path, with nested overrides
+    (``{"ppo": {...}}``)."""
+    return load_preset(SB3PPOSettings, path, overrides, kind="baselines", what="baseline")
 
 
 # -- the environment as SB3 sees it ------------------------------------------------------------

@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import click
-import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field
 
-from odyssey_core.config import GameName, StrictModel, config_dir, deep_merge
+from odyssey_core.config import GameName, StrictModel, load_preset
 from odyssey_core.data.dataset import read_json, read_table, write_dataset, write_table
 from odyssey_core.data.sampling import SamplingConfig, load_samples, sample_frames
 from odyssey_core.data.teachers import TeacherConfig, annotate_frames, make_teacher
@@ -67,17 +66,7 @@ def load_curate_config(
     preset: str | Path = "tiny", overrides: dict[str, Any] | None = None
 ) -> CurateConfig:
     """A preset name under ``configs/curate/`` or a YAML path, plus nested overrides."""
-    path = Path(preset)
-    if path.suffix not in {".yaml", ".yml"}:
-        path = config_dir() / "curate" / f"{preset}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"curation config {str(preset)!r} not found at {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    data = deep_merge(data, overrides or {})
-    try:
-        return CurateConfig.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid curation config in {path}:\n{err}") from None
+    return load_preset(CurateConfig, preset, overrides, kind="curate", what="curation")
 
 
 def _dir(out: str | Path, stage: str) -> Path:

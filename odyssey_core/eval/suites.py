@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from odyssey_core.config import GameName, StrictModel, config_dir
+from odyssey_core.config import GameName, StrictModel, load_preset
 
 __all__ = [
     "CuratedState",
@@ -106,19 +105,8 @@ class EvalSuite(StrictModel):
 
 
 def load_suite(suite: str | Path, overrides: dict[str, Any] | None = None) -> EvalSuite:
-    """Load ``configs/eval/<name>.yaml`` or a YAML path; ``overrides`` replace top-level keys."""
-    path = Path(suite)
-    if path.suffix not in {".yaml", ".yml"}:
-        path = config_dir() / "eval" / f"{suite}.yaml"
-    if not path.is_file():
-        known = sorted(p.stem for p in (config_dir() / "eval").glob("*.yaml"))
-        raise FileNotFoundError(f"eval suite {str(suite)!r} not found at {path}; known: {known}")
-    data = yaml.safe_load(path.read_text()) or {}
-    data.update(overrides or {})
-    try:
-        return EvalSuite.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid eval suite {path}:\n{err}") from None
+    """``configs/eval/<name>.yaml`` or a YAML path, with nested ``overrides``."""
+    return load_preset(EvalSuite, suite, overrides, kind="eval", what="eval suite")
 
 
 def section_skip_reason(game: str, env_overrides: dict[str, Any] | None = None) -> str | None:

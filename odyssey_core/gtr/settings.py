@@ -10,10 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from odyssey_core.config import StrictModel, deep_merge
+from odyssey_core.config import StrictModel, load_preset
 from odyssey_core.gtr.rewards import GTRRewardConfig
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
@@ -117,24 +116,7 @@ class GTRSettings(StrictModel):
         return self
 
 
-def _read(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    path = path.resolve()
-    if path in seen:
-        raise ValueError(f"inherit cycle through {path}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a preset must be a mapping")
-    parent = data.pop("inherit", None)
-    return data if parent is None else deep_merge(_read(path.parent / parent, (*seen, path)), data)
-
-
 def load_gtr_settings(preset: str | Path, overrides: dict[str, Any] | None = None) -> GTRSettings:
-    """Load a preset (following ``inherit:``), deep-merge ``overrides``, validate."""
-    path = Path(preset)
-    if not path.is_file():
-        raise FileNotFoundError(f"GTR preset {str(preset)!r} not found")
-    data = deep_merge(_read(path), overrides or {})
-    try:
-        return GTRSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid GTR configuration in {path}:\n{err}") from None
+    """A preset under ``configs/gtr/`` or a YAML path (following ``inherit:``), with nested
+    ``overrides``."""
+    return load_preset(GTRSettings, preset, overrides, kind="gtr", what="GTR")

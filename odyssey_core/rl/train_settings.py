@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from odyssey_core.config import GameBoyEnvConfig, StrictModel, deep_merge
+from odyssey_core.config import GameBoyEnvConfig, StrictModel, load_preset
 from odyssey_core.models.loading import DTypeName
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
@@ -31,7 +30,6 @@ __all__ = [
 
 #: estimators that read the critic's V(o_t); the others train the critic only for its metrics
 ESTIMATORS_WITH_VALUES = frozenset({"ppo_critic", "ppo_critic_pos"})
-INHERIT_KEY = "inherit"
 
 
 class ModelSettings(StrictModel):
@@ -109,28 +107,9 @@ class RLTrainSettings(StrictModel):
         return self.estimator in ESTIMATORS_WITH_VALUES
 
 
-def _read_with_inherit(path: Path, seen: tuple[Path, ...] = ()) -> dict[str, Any]:
-    path = path.resolve()
-    if path in seen:
-        raise ValueError(f"inherit cycle: {' -> '.join(map(str, (*seen, path)))}")
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: a preset must be a mapping, got {type(data).__name__}")
-    parent = data.pop(INHERIT_KEY, None)
-    if parent is None:
-        return data
-    return deep_merge(_read_with_inherit(path.parent / parent, (*seen, path)), data)
-
-
 def load_train_settings(
     preset: str | Path, overrides: dict[str, Any] | None = None
 ) -> RLTrainSettings:
-    """Load a preset file (following ``inherit:``), apply nested ``overrides``, validate."""
-    path = Path(preset)
-    if not path.is_file():
-        raise FileNotFoundError(f"RL preset {str(preset)!r} not found")
-    data = deep_merge(_read_with_inherit(path), overrides or {})
-    try:
-        return RLTrainSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid RL configuration in {path}:\n{err}") from None
+    """A preset under ``configs/odysseus/`` or a YAML path (following ``inherit:``), with
+    nested ``overrides``."""
+    return load_preset(RLTrainSettings, preset, overrides, kind="odysseus", what="RL")

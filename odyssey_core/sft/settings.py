@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, model_validator
 
-from odyssey_core.config import StrictModel, config_dir
+from odyssey_core.config import StrictModel, config_dir, load_preset
 from odyssey_core.models.lora import LoraSettings
 
-__all__ = ["SFTSettings", "load_sft_settings", "sft_preset_path"]
+__all__ = ["SFTSettings", "load_sft_settings"]
 
 
 class SFTSettings(StrictModel):
@@ -98,27 +97,6 @@ class SFTSettings(StrictModel):
         return config_dir().parent / self.deepspeed
 
 
-def sft_preset_path(preset: str | Path) -> Path:
-    """A preset name (``paper``, ``tiny``) -> ``configs/sft/<name>.yaml``; paths pass through."""
-    path = Path(preset)
-    if path.suffix in {".yaml", ".yml"}:
-        return path
-    return config_dir() / "sft" / f"{preset}.yaml"
-
-
 def load_sft_settings(preset: str | Path = "tiny", overrides: dict | None = None) -> SFTSettings:
-    """Load an SFT preset by name or path, then apply flat ``overrides``."""
-    path = sft_preset_path(preset)
-    if not path.is_file():
-        known = sorted(p.stem for p in (config_dir() / "sft").glob("*.yaml"))
-        raise FileNotFoundError(
-            f"SFT preset {str(preset)!r} not found at {path}; known: {', '.join(known) or '-'}"
-        )
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: an SFT preset must be a mapping")
-    data.update(overrides or {})
-    try:
-        return SFTSettings.model_validate(data)
-    except ValidationError as err:
-        raise ValueError(f"invalid SFT settings in {path}:\n{err}") from None
+    """An SFT preset under ``configs/sft/`` or a YAML path, with nested ``overrides``."""
+    return load_preset(SFTSettings, preset, overrides, kind="sft", what="SFT")
