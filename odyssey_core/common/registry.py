@@ -7,7 +7,7 @@ imports heavy dependencies (the emulator, torch) until the entry is used.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -72,8 +72,3 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
-
-
-def make_from(registry: Registry[Callable[..., T]], name: str, **kwargs: Any) -> T:
-    """Build the entry ``name`` of a registry of factories."""
-    return registry.get(name)(**kwargs)
