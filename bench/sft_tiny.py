@@ -1,13 +1,20 @@
 """Benchmark: SFT the tiny random Qwen3-VL on odland frames on CPU, then check what it learnt.
 
-    .venv/bin/python bench/sft_tiny.py [--dataset DIR] [--out DIR] [--frames 2000] [--steps 300]
+    .venv/bin/python bench/sft_tiny.py [--source curate|rule] [--dataset DIR] [--out DIR]
+        [--frames 2000] [--levels 1-1,1-2,1-3] [--max-turns 400] [--max-steps 300]
 
-Without ``--dataset`` it builds a dataset of odland frames in the curation stage's format
-(``data.parquet`` + ``frames/`` + ``manifest.json``). The annotation is a simple offline rule
-on the emulator's own state (:func:`rule_teacher`): jump when an object is just ahead, keep
-right while airborne, otherwise run right; perception and reasoning texts describe that
-situation, written with ``protocol.format_response``. (``odyssey_core.data`` did not exist
-when this was written, so no programmatic teacher from it is used.)
+``--source curate`` (the default) builds the dataset with the curation stage
+(:mod:`odyssey_core.data`, preset ``configs/curate/tiny.yaml``): the search expert records a
+walkthrough of each level (video + privileged-state sidecar), frames are sampled from it and
+the programmatic teacher annotates them from the sidecar (the buttons are the expert's next
+action). ``--frames`` is the total asked of the sampler; sampling keeps every distinct frame
+the walkthroughs hold when they hold fewer (one video frame per game turn, so at most
+``--max-turns`` per level), and the real count is printed. Walkthroughs already recorded under
+``OUT/curate/walkthroughs`` for the same levels are reused (``--rerecord`` to record again).
+
+``--source rule`` is the older offline mode: :func:`build_odland_dataset` plays odland itself
+and annotates with a simple rule on the emulator's state (:func:`rule_teacher`): jump when an
+object is just ahead, keep right while airborne, otherwise run right.
 
 After training it samples answers on the held-out (val) frames and prints the format-valid
 rate, the agreement of the answer buttons with the teacher's next to the majority-class rate,
@@ -122,6 +129,72 @@ def build_odland_dataset(
     return out
 
 
+def curate_odland_dataset(
+    out_dir: str | Path,
+    n_frames: int = 2000,
+    *,
+    levels: tuple[str, ...] = ("1-1", "1-2", "1-3"),
+    max_turns: int = 400,
+    phash_threshold: int = 0,
+    rerecord: bool = False,
+) -> Path:
+    """Curate odland with ``odyssey_core.data`` (expert walkthroughs, programmatic teacher).
+
+    The tiny curation preset with: the given levels and turn limit, ``n_frames`` in total
+    split over the levels, no oversampling beyond the walkthrough (every distinct frame is a
+    candidate) and a pHash threshold of ``phash_threshold`` (0: drop only frames whose pHash
+    equals an earlier one's; byte-identical frames are always dropped).
+    """
+    from odyssey_core.data.cli import (
+        load_curate_config,
+        run_annotate,
+        run_build,
+        run_record,
+        run_sample,
+        run_validate,
+    )
+
+    config = load_curate_config(
+        "tiny",
+        {
+            "record": {"agent": "expert", "levels": list(levels), "max_turns": max_turns},
+            "sampling": {
+                "total_frames": n_frames,
+                "oversample": 1.0,
+                "phash_threshold": phash_threshold,
+            },
+            "teacher": {"name": "programmatic"},
+            "show_progress": False,
+        },
+    )
+    out = Path(out_dir)
+    records = [out / "walkthroughs" / f"{config.game}-{level}.json" for level in levels]
+    if rerecord or not all(path.is_file() for path in records):
+        start = time.perf_counter()
+        run_record(config, out)
+        print(f"recorded {len(levels)} expert walkthroughs in {time.perf_counter() - start:.0f}s")
+    else:
+        print(f"reusing the expert walkthroughs in {out / 'walkthroughs'}")
+    for path in records:
+        info = json.loads(path.read_text())
+        print(
+            f"  {info['name']}: {info['frame_count']} frames, goal reached "
+            f"{info['extra'].get('goal_reached')}, progress {info['extra'].get('final_progress')}"
+            f"/{info['extra'].get('max_progress')}"
+        )
+    start = time.perf_counter()
+    # Sampling reads every walkthrough in the folder: drop records of other levels.
+    for path in (out / "walkthroughs").glob("*.json"):
+        if path not in records:
+            path.rename(path.with_suffix(".json.unused"))
+    run_sample(config, out)
+    run_annotate(config, out)
+    run_validate(config, out)
+    dataset = run_build(config, out)
+    print(f"curated {dataset} in {time.perf_counter() - start:.0f}s (programmatic teacher)")
+    return dataset
+
+
 def plot_losses(metrics_path: Path, png: Path) -> None:
     """Train (and eval) loss per step; matplotlib if installed, else plain PIL drawing."""
     records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
@@ -165,11 +238,21 @@ def plot_losses(metrics_path: Path, png: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dataset", type=Path, default=None)
+    parser.add_argument("--source", choices=("curate", "rule"), default="curate")
+    parser.add_argument("--dataset", type=Path, default=None, help="an existing dataset folder")
     parser.add_argument("--out", type=Path, default=Path("out/bench-sft-tiny"))
-    parser.add_argument("--frames", type=int, default=2000)
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--frames", type=int, default=2000, help="frames asked in total")
+    parser.add_argument("--levels", default=None, help="comma-separated odland levels")
+    parser.add_argument("--max-turns", type=int, default=400, help="per walkthrough (curate)")
+    parser.add_argument("--rerecord", action="store_true", help="record walkthroughs again")
+    parser.add_argument("--max-steps", "--steps", dest="steps", type=int, default=300)
     parser.add_argument("--eval-frames", type=int, default=100)
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=0,
+        help="generation budget; 0: the longest teacher answer in tokens plus 32",
+    )
     args = parser.parse_args()
 
     import torch
@@ -183,12 +266,22 @@ def main() -> None:
 
     args.out.mkdir(parents=True, exist_ok=True)
     dataset = args.dataset
-    if dataset is None:
-        start = time.perf_counter()
-        dataset = build_odland_dataset(
-            args.out / "dataset", args.frames, levels=("1-1", "1-2", "1-3", "2-1")
+    if dataset is None and args.source == "curate":
+        levels = tuple((args.levels or "1-1,1-2,1-3").split(","))
+        dataset = curate_odland_dataset(
+            args.out / "curate",
+            args.frames,
+            levels=levels,
+            max_turns=args.max_turns,
+            rerecord=args.rerecord,
         )
+    elif dataset is None:
+        levels = tuple((args.levels or "1-1,1-2,1-3,2-1").split(","))
+        start = time.perf_counter()
+        dataset = build_odland_dataset(args.out / "dataset", args.frames, levels=levels)
         print(f"built {dataset} in {time.perf_counter() - start:.0f}s (rule teacher)")
+    manifest = json.loads((Path(dataset) / "manifest.json").read_text())
+    print(f"dataset {dataset}: {manifest.get('num_samples', manifest.get('samples'))} frames")
     model_dir = build_tiny_model(args.out / "tiny-model")
     settings = load_sft_settings("tiny", {"max_steps": args.steps, "epochs": 100})
     trainer = SFTTrainer(settings, dataset, model_dir, args.out / "run")
@@ -210,9 +303,17 @@ def main() -> None:
     train_buttons = Counter(tuple(s.buttons) for s in SFTDataset(dataset, split="train"))
     majority = train_buttons.most_common(1)[0][0]
     policy = HFPolicy(result.final_dir, game="odland")
+    max_new = args.max_new_tokens
+    if max_new <= 0:  # the curated answers run to ~190 tokens: a short budget truncates them
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(result.final_dir)
+        rows = SFTDataset(dataset, split="train").samples + val
+        max_new = max(len(tokenizer(s.response)["input_ids"]) for s in rows) + 32
+    print(f"generating up to {max_new} new tokens per answer")
     for name, params in (
-        ("sampled", GenerationParams(max_new_tokens=64, temperature=1.0, seed=0)),
-        ("greedy", GenerationParams(max_new_tokens=64, temperature=0.0)),
+        ("sampled", GenerationParams(max_new_tokens=max_new, temperature=1.0, seed=0)),
+        ("greedy", GenerationParams(max_new_tokens=max_new, temperature=0.0)),
     ):
         valid = agree = 0
         for i in range(0, len(val), 8):
