@@ -15,8 +15,13 @@ COPY configs ./configs
 COPY flows ./flows
 COPY tasks ./tasks
 COPY prefect.yaml ./
-# torch first and pinned to the CPU build; a GPU image swaps this line for a CUDA build.
-RUN pip install --upgrade pip && pip install torch==2.13.0 && pip install .
+# torch first, pinned; TORCH_SPEC (pip arguments, left unquoted so an index can come with it)
+# picks the build. The default keeps the CPU image; a CUDA image for the odyssey-gpu pool
+# (infra/k8s-work-pool.json), e.g.:
+#   docker build --build-arg TORCH_SPEC="torch==2.13.0 --index-url \
+#     https://download.pytorch.org/whl/cu128" -t odyssey:cuda .
+ARG TORCH_SPEC=torch==2.13.0
+RUN pip install --upgrade pip && pip install $TORCH_SPEC && pip install .
 
 # Presets are looked up here when the package is installed outside the repository.
 ENV ODYSSEY_CONFIG_DIR=/opt/odyssey/configs \

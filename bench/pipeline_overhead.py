@@ -1,0 +1,206 @@
+"""Benchmark: what Prefect orchestration costs on the tiny pipeline.
+
+    .venv/bin/python bench/pipeline_overhead.py [--rounds 2] [--target 1.10] [--keep DIR]
+
+Runs the whole tiny pipeline (``configs/pipeline/tiny.yaml``: 20 frames, 4 SFT steps, 1 RL
+step, 2 eval runs of 3 turns) two ways, each from scratch in a fresh run_dir and a fresh
+Python process, in interleaved rounds (direct, flow, flow, direct, ...):
+
+* ``flow``: the ``train-odysseus`` Prefect flow (tasks, input cache, persisted results, state
+  reports) against a real ``prefect server`` subprocess with a private home and SQLite DB;
+* ``direct``: the same ``odyssey_core.pipeline.stage_*`` functions called in order, under the
+  same MLflow parent run the flow opens, so the difference is Prefect's alone.
+
+The timed span is the pipeline call inside the child (imports and interpreter start are
+excluded and reported apart as process wall time). Prints the medians and the ratio
+flow/direct with PASS when it is at most ``--target``. Not a test: it takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+QUIET = {
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "GX_ANALYTICS_ENABLED": "false",
+}
+
+
+# -- child: one pipeline run ----------------------------------------------------------------
+
+
+def _direct(run_dir: Path) -> dict:
+    from odyssey_core.pipeline import (
+        load_pipeline_config,
+        make_tracker,
+        stage_curate,
+        stage_evaluate,
+        stage_promote,
+        stage_rl,
+        stage_sft,
+    )
+
+    cfg = load_pipeline_config("tiny", {"run_dir": str(run_dir)})
+    tracker = make_tracker(cfg)
+    params = cfg.model_dump(mode="json")
+    with tracker.run(f"train-odysseus:{cfg.run_key}", params=params) as run:
+        parent = run.run_id
+        curate = stage_curate(cfg, parent_run_id=parent)
+        sft = stage_sft(cfg, curate["dataset_uri"], parent_run_id=parent)
+        rl = stage_rl(cfg, sft["model_uri"], parent_run_id=parent)
+        evaluation = stage_evaluate(cfg, rl["checkpoint_uri"], parent_run_id=parent)
+        return stage_promote(
+            cfg, rl["checkpoint_uri"], evaluation, sft["base_model_uri"], parent_run_id=parent
+        )
+
+
+def _flow(run_dir: Path) -> dict:
+    from flows.pipeline import train_odysseus_flow
+
+    return train_odysseus_flow(preset="tiny", overrides={"run_dir": str(run_dir)})["promote"]
+
+
+def child(mode: str, run_dir: Path) -> None:
+    # imports outside the timed span, the same for both modes
+    import flows.pipeline  # noqa: F401
+    import odyssey_core.pipeline  # noqa: F401
+
+    start = time.perf_counter()
+    promote = (_flow if mode == "flow" else _direct)(run_dir)
+    seconds = time.perf_counter() - start
+    assert promote["version"] == 1, promote
+    print("RESULT " + json.dumps({"mode": mode, "seconds": seconds}), flush=True)
+
+
+# -- parent: the server and the rounds ----------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(home: Path, env: dict[str, str]) -> subprocess.Popen:
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    log = (home / "server.log").open("w")
+    port = env["PREFECT_API_URL"].rsplit(":", 1)[1].split("/")[0]
+    proc = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", port],
+        cwd=home,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prefect server exited; see {home / 'server.log'}")
+        try:
+            with urllib.request.urlopen(f"{env['PREFECT_API_URL']}/health", timeout=2) as r:
+                if json.loads(r.read()) is True:
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.5)
+    stop(proc)
+    raise RuntimeError("prefect server did not become healthy")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End the server (and its children, its own session) by PID."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=wait)
+            return
+        except ProcessLookupError:
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_child(mode: str, run_dir: Path, env: dict[str, str], log: Path) -> tuple[float, float]:
+    start = time.perf_counter()
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--run-dir"]
+    with log.open("w") as out:
+        done = subprocess.run(
+            [*cmd, str(run_dir)], cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    wall = time.perf_counter() - start
+    lines = [x for x in log.read_text().splitlines() if x.startswith("RESULT ")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{mode} run failed (rc {done.returncode}); see {log}")
+    return json.loads(lines[-1][len("RESULT ") :])["seconds"], wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each mode")
+    parser.add_argument("--target", type=float, default=1.10, help="max flow/direct ratio")
+    parser.add_argument("--keep", type=Path, help="work here and keep it (default: a temp dir)")
+    parser.add_argument("--child", choices=["flow", "direct"], help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.run_dir)
+        return
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="pipeline-overhead-"))
+    work.mkdir(parents=True, exist_ok=True)
+    home = work / "prefect-home"
+    home.mkdir(exist_ok=True)
+    env = dict(os.environ, **QUIET)
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=f"http://127.0.0.1:{_free_port()}/api",
+        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+        PREFECT_UI_ENABLED="false",
+        PREFECT_SERVER_ALLOW_EPHEMERAL_MODE="false",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+    )
+    print(f"work dir {work}; prefect server at {env['PREFECT_API_URL']}", flush=True)
+    server = start_server(home, env)
+    timings: dict[str, list[float]] = {"direct": [], "flow": []}
+    walls: dict[str, list[float]] = {"direct": [], "flow": []}
+    try:
+        for i in range(args.rounds):
+            # ABBA order, so neither mode always runs first on a warm page cache
+            order = ("direct", "flow") if i % 2 == 0 else ("flow", "direct")
+            for mode in order:
+                run_dir = work / f"{mode}-{i}"
+                seconds, wall = run_child(mode, run_dir, env, work / f"{mode}-{i}.log")
+                timings[mode].append(seconds)
+                walls[mode].append(wall)
+                print(f"round {i + 1} {mode:6s} {seconds:7.1f} s (process {wall:.1f} s)")
+    finally:
+        stop(server)
+
+    direct, flow = (statistics.median(timings[m]) for m in ("direct", "flow"))
+    ratio = flow / direct
+    print(
+        f"median direct {direct:.1f} s, flow {flow:.1f} s (process wall: "
+        f"{statistics.median(walls['direct']):.1f} s, {statistics.median(walls['flow']):.1f} s)"
+    )
+    verdict = "PASS" if ratio <= args.target else "FAIL"
+    print(f"ratio flow/direct {ratio:.3f} (target <= {args.target:.2f}): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
