@@ -24,7 +24,8 @@ export GX_ANALYTICS_ENABLED := false
 # size as the train-odysseus Prefect flow: curate -> SFT -> RL -> evaluate -> promote.
 demo: setup
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
-	$(PY) -m flows.pipeline
+	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
+	  $(PY) -m flows.pipeline
 	@echo
 	@echo "Where to look:"
 	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"
