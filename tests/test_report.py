@@ -121,3 +121,21 @@ def test_eval_command_runs_a_suite(odland_rom, tmp_path, monkeypatch) -> None:
     )
     assert result.exit_code == 0, result.output
     assert "random" in result.output and (out / "report.md").is_file()
+
+
+def test_training_curves_from_a_real_mlflow_run(tmp_path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("curves", artifact_location=str(tmp_path / "art"))
+    run = client.create_run(experiment)
+    for step, progress in enumerate([16.0, 40.0, 95.0], start=1):
+        client.log_metric(run.info.run_id, "all/progress_mean", progress, step=step)
+    files = write_report(make_results(), tmp_path / "report", training_run=(uri, run.info.run_id))
+    curves = tmp_path / "report" / "training_curves.png"
+    assert curves in files.plots and curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "![training curves](training_curves.png)" in files.markdown.read_text()
+    empty = client.create_run(experiment)
+    files = write_report(make_results(), tmp_path / "r2", training_run=(uri, empty.info.run_id))
+    assert "logged none of" in files.markdown.read_text()

@@ -33,6 +33,11 @@ import click
 @click.option("--expert-nodes", type=int, default=4000, show_default=True)
 @click.option("--section", "sections", multiple=True, help="only these sections")
 @click.option("--no-videos", is_flag=True, help="skip the episode videos")
+@click.option(
+    "--training-run",
+    default=None,
+    help="TRACKING_URI#RUN_ID of the MLflow run that trained the model: adds its curves",
+)
 def eval_command(
     suite: str,
     agents: tuple[str, ...],
@@ -47,6 +52,7 @@ def eval_command(
     expert_nodes: int,
     sections: tuple[str, ...],
     no_videos: bool,
+    training_run: str | None,
 ) -> None:
     """Evaluate agents on SUITE (a name under configs/eval, e.g. odland, or a YAML path)."""
     from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
@@ -94,6 +100,12 @@ def eval_command(
         show_progress=True,
         log=click.echo,
     )
-    files = write_report(results, out_dir, videos=not no_videos)
+    run_ref = None
+    if training_run:
+        uri, sep, run_id = training_run.rpartition("#")
+        if not sep or not uri or not run_id:
+            raise click.BadParameter("expected TRACKING_URI#RUN_ID", param_hint="--training-run")
+        run_ref = (uri, run_id)
+    files = write_report(results, out_dir, videos=not no_videos, training_run=run_ref)
     click.echo(terminal_report(results))
     click.echo(f"report: {files.markdown} and {files.html} ({len(files.metrics)} metrics)")

@@ -268,8 +268,49 @@ _CSS = (
 )
 
 
+DEFAULT_CURVE_KEYS = (
+    "all/progress_mean",
+    "all/invalid_rate",
+    "critic/explained_variance",
+    "collapse/distinct_1",
+)
+
+
+def plot_training_curves(
+    tracking_uri: str, run_id: str, path: str | Path, keys: Sequence[str] = DEFAULT_CURVE_KEYS
+) -> Path | None:
+    """One panel per metric of an MLflow run, against the training step; None when the run
+    logged none of ``keys``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    histories = {key: client.get_metric_history(run_id, key) for key in keys}
+    histories = {key: sorted(h, key=lambda m: m.step) for key, h in histories.items() if h}
+    if not histories:
+        return None
+    fig, axes = plt.subplots(1, len(histories), figsize=(4.0 * len(histories), 3.2), dpi=100)
+    for ax, (key, history) in zip(np.atleast_1d(axes), histories.items(), strict=True):
+        ax.plot([m.step for m in history], [m.value for m in history], marker=".")
+        ax.set_title(key)
+        ax.set_xlabel("training step")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def write_report(
-    results: EvalResults, out_dir: str | Path, *, videos: bool = True, plots: bool = True
+    results: EvalResults,
+    out_dir: str | Path,
+    *,
+    videos: bool = True,
+    plots: bool = True,
+    training_run: tuple[str, str] | None = None,
 ) -> ReportFiles:
     """Write every report file under ``out_dir`` and return their paths and the metrics."""
     out = Path(out_dir)
@@ -357,6 +398,16 @@ def write_report(
                     body.append(
                         f"<p><a href='{html.escape(str(rel))}'>{html.escape(str(rel))}</a></p>"
                     )
+    if training_run is not None:  # (tracking URI, run id) of the RL run that made the model
+        curves = plot_training_curves(*training_run, out / "training_curves.png")
+        md += ["", "## Training curves", ""]
+        body.append("<h2>Training curves</h2>")
+        if curves is None:
+            md.append(f"*run {training_run[1]} logged none of {', '.join(DEFAULT_CURVE_KEYS)}*")
+        else:
+            files.plots.append(curves)
+            md.append(f"![training curves]({curves.name})")
+            body.append(f"<img src='{curves.name}' alt='training curves'>")
     files.markdown.write_text("\n".join(md) + "\n")
     files.html.write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(suite.name)}"
