@@ -172,3 +172,25 @@ def make_odland(max_turns: int):
     from odyssey_core.envs import make_env
 
     return make_env("odland-1-1", max_turns=max_turns)
+
+
+def test_openai_agent_plays_against_an_openai_compatible_server(
+    odland_rom,
+    tiny_policy,
+    monkeypatch,  # noqa: F811
+) -> None:
+    """A frontier-model row goes through the same runner: here the endpoint is the project's
+    own OpenAI-compatible server over HTTP."""
+    from odyssey_core.serve.app import ServerThread, create_app
+
+    monkeypatch.setenv("ODYSSEY_TEST_KEY", "k")
+    app = create_app(tiny_policy, "tiny", api_key="k", max_batch_size=4, batch_wait_ms=5)
+    with ServerThread(app) as server:
+        spec = parse_agent_spec(f"openai:tiny@{server.url}/v1")
+        spec.kwargs["api_key_env"] = "ODYSSEY_TEST_KEY"
+        agent = build_policy_agent(spec, params=GenerationParams(max_new_tokens=6))
+        jobs = [EpisodeJob("s", "1-1", 0)]
+        env_fn = functools.partial(make_odland, max_turns=2)
+        (record,) = run_jobs(jobs, env_fn, agent, workers=1, seed=3)
+    assert record.error is None and record.turns == 2 and record.truncated
+    assert all(t.text is not None for t in record.turn_log)
