@@ -176,8 +176,8 @@ def make_odland(max_turns: int):
 
 def test_openai_agent_plays_against_an_openai_compatible_server(
     odland_rom,
-    tiny_policy,
-    monkeypatch,  # noqa: F811
+    tiny_policy,  # noqa: F811
+    monkeypatch,
 ) -> None:
     """A frontier-model row goes through the same runner: here the endpoint is the project's
     own OpenAI-compatible server over HTTP."""
