@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -264,3 +265,138 @@ def test_buffer_grows_across_steps_and_no_dagger_samples_latest(
     batches = {e.batch for e in trainer.buffer.sample(64, np.random.default_rng(0))}
     assert batches == ({0, 1} if dagger else {1})
     trainer.close()
+
+
+# -- the value head on the VLM --------------------------------------------------------------------
+
+HEAD = {"source": "vlm_head", "head_hidden_dims": [32], "head_lr": 1e-3}
+
+
+def test_value_settings_default_to_the_cnn_and_validate() -> None:
+    from odyssey_core.gtr.settings import GTRValueSettings
+
+    assert load_gtr_settings(CONFIGS / "points24.yaml").value.source == "cnn"
+    head = load_gtr_settings(CONFIGS / "tiny.yaml", {"value": HEAD}).value
+    assert head.source == "vlm_head" and head.head_hidden_dims == [32]
+    for bad in ({"source": "mlp"}, {"scale": 0.0}, {"head_hidden_dims": [0]}, {"head_lr": 0}):
+        with pytest.raises(ValueError):
+            GTRValueSettings.model_validate(bad)
+    with pytest.raises(ValueError, match=r"vlm_head needs ppo\.enabled"):
+        load_gtr_settings(CONFIGS / "tiny.yaml", {"value": HEAD, "ppo": {"enabled": False}})
+    with pytest.raises(ValueError, match="value"):
+        load_gtr_settings(CONFIGS / "tiny.yaml", {"value": {"typo": 1}})
+
+
+def _turns_and_masks(trainer: GTRTrainer):
+    turns = [t for env_turns in trainer.collect() for t in env_turns]
+    tok = trainer.policy.tokenizer
+    masks = [
+        response_token_masks(tok, t.response_ids, t.text, t.extra["legal_actions"]) for t in turns
+    ]
+    return turns, masks
+
+
+def test_value_head_reads_the_last_prompt_token_in_the_scoring_pass(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from odyssey_core.gtr.value_head import capture_final_hidden
+
+    trainer = _trainer(tiny_model_dir, tmp_path, value=HEAD)
+    assert trainer.critic is None and trainer.value_head is not None
+    turns, masks = _turns_and_masks(trainer)
+    assert any(t.response_ids for t in turns)
+    # micro-batches of 3 make the padding differ between the two passes
+    trainer.settings = trainer.settings.model_copy(
+        update={"rollout": trainer.settings.rollout.model_copy(update={"score_micro_batch": 3})}
+    )
+    with torch.no_grad(), capture_final_hidden(trainer.policy.model) as hidden:
+        trainer.turn_logprobs(turns, masks)
+        fused = trainer.value_head.from_captured(hidden, [len(t.response_ids) for t in turns])
+    alone = trainer.value_head.predict(
+        trainer.policy, [t.prompt_ids for t in turns], [t.frame for t in turns], 2
+    )
+    # causal attention: the prompt's last state ignores the response (and the padding)
+    assert torch.allclose(fused * trainer.value_head.scale, alone, atol=1e-5)
+    assert alone.std() > 0  # different frames/prompts, different values
+    trainer.close()
+
+
+def test_value_head_loss_decreases_on_a_fixed_batch(tiny_model_dir: Path, tmp_path: Path) -> None:
+    from odyssey_core.gtr.value_head import capture_final_hidden
+
+    # A random tiny VLM's last-prompt states barely differ between frames, so the head mostly
+    # fits the batch's mean here; targets far from 0 make that fit measurable.
+    trainer = _trainer(tiny_model_dir, tmp_path, value={**HEAD, "head_lr": 1e-2})
+    turns, masks = _turns_and_masks(trainer)
+    returns = torch.tensor([3.0, 2.0, 2.5, 2.0])[: len(turns)]
+    lengths = [len(t.response_ids) for t in turns]
+    losses = []
+    for _ in range(20):  # through the shared model and the trainer's one optimiser
+        with capture_final_hidden(trainer.policy.model) as hidden:
+            trainer.turn_logprobs(turns, masks)
+        loss = trainer.value_head.loss(trainer.value_head.from_captured(hidden, lengths), returns)
+        trainer.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        trainer.optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.1 * losses[0], losses
+    trainer.close()
+
+
+def test_value_coefficient_reaches_the_vlm_through_the_ppo_backward(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """One identical step with ppo.value_coef 0 and 0.5: the head learns only with a nonzero
+    coefficient, and the VLM's weights differ, so the value loss shared the PPO backward."""
+    results = {}
+    for coef in (0.0, 0.5):
+        trainer = _trainer(
+            tiny_model_dir, tmp_path / str(coef), value=HEAD, ppo={"value_coef": coef, "epochs": 1}
+        )
+        head_before = [p.detach().clone() for p in trainer.value_head.parameters()]
+        metrics = trainer.train_step()
+        head_moved = any(
+            not torch.equal(a, b)
+            for a, b in zip(head_before, trainer.value_head.parameters(), strict=True)
+        )
+        weights = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+        results[coef] = (metrics, head_moved, weights)
+        trainer.close()
+    (m0, moved0, w0), (m5, moved5, w5) = results[0.0], results[0.5]
+    assert not moved0 and moved5
+    assert np.isfinite(m5["value_head/loss"]) and "critic/loss" not in m5
+    assert m5["value_head/weighted_loss"] == pytest.approx(0.5 * m5["value_head/loss"])
+    assert m0["rollout/reward_mean"] == m5["rollout/reward_mean"]  # the same rollout
+    assert any(not torch.equal(w0[n], w5[n]) for n in w0)
+
+
+def test_gtr_run_with_the_value_head_checkpoints_and_resumes(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    overrides = {"model": {"path": str(tiny_model_dir)}, "value": HEAD, "steps": 2}
+    settings = load_gtr_settings(CONFIGS / "tiny.yaml", overrides)
+    trainer = GTRTrainer.from_settings(settings, tmp_path, resume=True)  # nothing to resume yet
+    history = trainer.train(steps=1)
+    assert trainer.step == 1 and np.isfinite(history[0]["value_head/loss"])
+    assert "collapse/valid_rate" in history[0]
+    saved_head = {k: v.clone() for k, v in trainer.value_head.state_dict().items()}
+    saved_model = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+    trainer.close()
+    state = load_trainer_state(tmp_path / "checkpoints" / "step-000001")
+    assert state["value_source"] == "vlm_head" and "critic" not in state
+
+    resumed = GTRTrainer.from_settings(settings, tmp_path, resume=True)
+    assert resumed.step == 1 and len(resumed.buffer) == 4
+    for key, value in resumed.value_head.state_dict().items():
+        assert torch.equal(value, saved_head[key]), key
+    for name, p in resumed.policy.model.named_parameters():
+        assert torch.equal(p, saved_model[name]), name
+    assert resumed.optimizer.state_dict()["state"], "the optimiser moments came back"
+    resumed.train()
+    assert resumed.step == 2
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
+    assert steps == [1.0, 2.0]
+    resumed.close()
+    cnn = load_gtr_settings(CONFIGS / "tiny.yaml", {"model": {"path": str(tiny_model_dir)}})
+    with pytest.raises(ValueError, match=r"value\.source"):
+        GTRTrainer.from_settings(cnn, tmp_path, resume=True)

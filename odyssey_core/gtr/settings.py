@@ -24,6 +24,7 @@ __all__ = [
     "GTRRolloutSettings",
     "GTRSFTSettings",
     "GTRSettings",
+    "GTRValueSettings",
     "load_gtr_settings",
 ]
 
@@ -69,8 +70,9 @@ class GTRPPOSettings(StrictModel):
     value_coef: float = Field(
         default=0.5,
         ge=0,
-        description="Table 2: 0.5. The CNN critic trains on its own optimiser, so this only "
-        "scales its loss (a constant factor on a separate objective)",
+        description="Table 2: 0.5. With value.source vlm_head the value loss joins the PPO loss "
+        "in one backward pass, so this weighs it against the policy terms; the CNN critic "
+        "trains on its own optimiser, where it only scales a separate objective",
     )
     normalize_advantages: bool = Field(default=True, description="as RL4VLM's PPO does")
     lr: float = Field(default=1e-5, gt=0, description="Table 2: initial lr 1e-5")
@@ -93,6 +95,35 @@ class GTRSFTSettings(StrictModel):
     )
 
 
+class GTRValueSettings(StrictModel):
+    """Where V(o_t) comes from: the CNN critic on the frame, or a head on the VLM."""
+
+    source: Literal["cnn", "vlm_head"] = Field(
+        default="cnn",
+        description="cnn: odyssey_core.rl.critic on its own optimiser (the ``critic`` section); "
+        "vlm_head: an MLP on the policy's final hidden state at the last prompt token, trained "
+        "with ppo.value_coef * value loss in the PPO backward pass",
+    )
+    head_hidden_dims: list[int] = Field(
+        default_factory=lambda: [1024, 512],
+        description="vlm_head hidden layers (RL4VLM's value head is 1024-512); [] for linear",
+    )
+    scale: float = Field(
+        default=1.0, gt=0, description="vlm_head predicts returns / scale (outputs stay near 1)"
+    )
+    head_lr: float | None = Field(
+        default=None,
+        gt=0,
+        description="the head's learning rate (same optimiser and schedule); null: ppo.lr",
+    )
+
+    @model_validator(mode="after")
+    def _positive_dims(self) -> GTRValueSettings:
+        if any(d < 1 for d in self.head_hidden_dims):
+            raise ValueError(f"head_hidden_dims must be positive, got {self.head_hidden_dims}")
+        return self
+
+
 class GTRSettings(StrictModel):
     """Everything one GTR run needs."""
 
@@ -108,11 +139,15 @@ class GTRSettings(StrictModel):
     ppo: GTRPPOSettings = GTRPPOSettings()
     sft: GTRSFTSettings = GTRSFTSettings()
     critic: CriticSettings = CriticSettings()
+    value: GTRValueSettings = GTRValueSettings()
 
     @model_validator(mode="after")
     def _something_to_train(self) -> GTRSettings:
         if not self.ppo.enabled and self.sft.coef == 0:
             raise ValueError("ppo.enabled false and sft.coef 0 leave nothing to train")
+        if self.value.source == "vlm_head" and not self.ppo.enabled:
+            # the head learns only inside the PPO loss; without it, its values mean nothing
+            raise ValueError("value.source vlm_head needs ppo.enabled (the head trains in PPO)")
         return self
 
 

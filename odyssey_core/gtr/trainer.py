@@ -8,26 +8,29 @@ One training step:
                    judges the agent's thought, the format reward is added and hopeless or
                    looping episodes are truncated.
     2. dagger      each valid correction joins the :class:`DaggerBuffer` (DAgger aggregation).
-    3. values      V(o_t) from the CNN critic on the frames; GAE(gamma, lambda) advantages,
-                   bootstrapped with V(o_{t+1}) at truncations and at the end of the rollout.
-    4. critic      regression on the GAE returns, on the critic's own optimiser (so Table 2's
-                   value coefficient is only a scale of a separate objective; kept as a setting).
+    3. values      V(o_t) (``value.source``): the CNN critic on the frames, or the value head on
+                   the VLM's last-prompt-token state (:mod:`odyssey_core.gtr.value_head`);
+                   GAE(gamma, lambda) advantages, bootstrapped with V(o_{t+1}) at truncations
+                   and at the end of the rollout.
+    4. critic      (cnn only) regression on the GAE returns, on the critic's own optimiser.
     5. policy      ``epochs`` passes of minibatches: the turn-level PPO clip loss on
                    log pi(a_t) = lambda * sum log pi(thought) + sum log pi(action), minus an
                    entropy bonus, plus ``sft.coef`` * the cross-entropy of corrected thoughts
-                   sampled from the buffer. Cosine learning-rate decay, one step per update.
+                   sampled from the buffer, plus (vlm_head) ``ppo.value_coef`` * the head's value
+                   loss, read from the same scoring forward. Cosine learning-rate decay, one
+                   step per update.
 
-The value function is the CNN critic of :mod:`odyssey_core.rl.critic`; the paper's VLM value
-head is not implemented.
+Every step also logs the thought-collapse metrics of its rollout (``collapse/*``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,11 +41,18 @@ import torch
 from odyssey_core.envs.base import Observation
 from odyssey_core.gtr.corrector import Correction, Corrector, make_corrector
 from odyssey_core.gtr.dagger import DaggerBuffer, DaggerExample
+from odyssey_core.gtr.evaluation import gtr_collapse_metrics
 from odyssey_core.gtr.prompts import cards_system_prompt
 from odyssey_core.gtr.rewards import GTRRewardConfig, GTRWrapper
 from odyssey_core.gtr.settings import GTRSettings
+from odyssey_core.gtr.value_head import VLMValueHead, capture_final_hidden
 from odyssey_core.protocol.gtr_format import format_gtr_response, parse_gtr_response
-from odyssey_core.rl.checkpoint import save_checkpoint
+from odyssey_core.rl.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    policy_dir,
+    save_checkpoint,
+)
 from odyssey_core.rl.critic import CriticTrainer, explained_variance
 from odyssey_core.rl.losses import combine_thought_action_logprobs, pad_ragged, ppo_clip_loss
 
@@ -222,12 +232,24 @@ class GTRTrainer:
         r = s.rollout
         factory = functools.partial(_make_env, r.env, r.env_kwargs, self.corrector, r.rewards)
         self.vector_env = SyncVectorEnv([factory] * r.n_envs)
-        self.critic = CriticTrainer(s.critic, seed=s.seed)
+        self.critic: CriticTrainer | None = None
+        self.value_head: VLMValueHead | None = None
+        if s.value.source == "cnn":
+            self.critic = CriticTrainer(s.critic, seed=s.seed)
+        else:
+            with torch.random.fork_rng(devices=[]):  # seeded init, global RNG untouched
+                torch.manual_seed(s.seed)
+                hidden = policy.model.config.get_text_config().hidden_size
+                self.value_head = VLMValueHead(hidden, s.value.head_hidden_dims, s.value.scale)
+            self.value_head.to(policy.device)
         self.buffer = DaggerBuffer(aggregate=s.sft.dagger)
         self.params = [p for p in policy.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=s.ppo.lr, weight_decay=s.ppo.weight_decay
-        )
+        groups: list[dict[str, Any]] = [{"params": self.params}]
+        if self.value_head is not None:  # one optimiser: the value loss shares the backward
+            head_params = list(self.value_head.parameters())
+            groups.append({"params": head_params, "lr": s.value.head_lr or s.ppo.lr})
+            self.params = self.params + head_params  # clipped together, like one model
+        self.optimizer = torch.optim.AdamW(groups, lr=s.ppo.lr, weight_decay=s.ppo.weight_decay)
         # Table 2: cosine from 1e-5 to 1e-9 over 25 updates, then held at the floor.
         self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(
             self.optimizer, T_max=s.ppo.lr_steps, eta_min=s.ppo.final_lr
@@ -242,10 +264,13 @@ class GTRTrainer:
         self._running_return = [0.0] * r.n_envs
 
     @classmethod
-    def from_settings(cls, settings: GTRSettings, out_dir: str | Path) -> GTRTrainer:
-        """Load (or build, for ``model.path: null``) the base model, add LoRA if configured."""
+    def from_settings(
+        cls, settings: GTRSettings, out_dir: str | Path, *, resume: bool = False
+    ) -> GTRTrainer:
+        """Load (or build, for ``model.path: null``) the base model, add LoRA if configured;
+        with ``resume``, continue from the latest complete checkpoint under ``out_dir``."""
         from odyssey_core.models.loading import load_model, load_processor
-        from odyssey_core.models.lora import apply_lora
+        from odyssey_core.models.lora import apply_lora, load_adapter
         from odyssey_core.policy.hf import HFPolicy
 
         out = Path(out_dir)
@@ -257,11 +282,17 @@ class GTRTrainer:
             base = out / "base-model"
             if not (base / "config.json").is_file():
                 build_tiny_model(base, seed=0)
-        model = load_model(
-            base, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation
-        )
-        if settings.lora is not None:
-            model = apply_lora(model, settings.lora)
+        checkpoint = latest_checkpoint(out) if resume else None
+        if checkpoint is not None and settings.lora is not None:
+            weights = policy_dir(checkpoint)
+            model = load_adapter(base, weights, dtype=m.dtype, device=m.device, trainable=True)
+        else:
+            source = policy_dir(checkpoint) if checkpoint is not None else base
+            model = load_model(
+                source, dtype=m.dtype, device=m.device, attn_implementation=m.attn_implementation
+            )
+            if settings.lora is not None:
+                model = apply_lora(model, settings.lora)
         # Eval mode throughout, so old and new log-probs come from one function (PPO ratios are
         # exact); this also leaves LoRA dropout inactive.
         model.eval()
@@ -272,7 +303,13 @@ class GTRTrainer:
             image_scale=m.image_scale,
             image_size=m.image_size,
         )
-        return cls(settings, policy, out)
+        trainer = cls(settings, policy, out)
+        if checkpoint is not None:
+            trainer.load_state_dict(load_trainer_state(checkpoint))
+            log.info("resumed from %s (step %d)", checkpoint, trainer.step)
+        if resume:
+            trainer._truncate_metrics()
+        return trainer
 
     # -- rollout --------------------------------------------------------------------------------
 
@@ -314,6 +351,8 @@ class GTRTrainer:
                             "format_reward": float(extras.get("format_reward", 0.0)),
                             "truncation": extras.get("truncation"),
                             "invalid": bool(infos[i].get("invalid_action", False)),
+                            # V(o_{t+1}) of a cut episode needs the observation the reset hides
+                            "next_observation": observations[i] if ended else None,
                         },
                     )
                 )
@@ -338,6 +377,7 @@ class GTRTrainer:
         self._episode_returns = []
         per_env = self.collect()
         turns = [t for env_turns in per_env for t in env_turns]
+        frames = [t.frame for t in turns]
         metrics["time/rollout_s"] = time.perf_counter() - started
 
         added = sum(
@@ -355,11 +395,19 @@ class GTRTrainer:
         metrics["rollout/episodes"] = float(len(self._episode_returns))
         if self._episode_returns:
             metrics["rollout/episode_return"] = float(np.mean(self._episode_returns))
+        collapse = gtr_collapse_metrics(
+            [t.text for t in turns], frames, [t.extra["legal_actions"] for t in turns]
+        )
+        for warning in collapse.warnings():
+            log.warning("step %d thought collapse: %s", self.step + 1, warning)
+        metrics.update({f"collapse/{k}": v for k, v in collapse.metrics.items()})
 
         # Values and GAE, per env stream.
-        frames = [t.frame for t in turns]
-        values = self.critic.predict(frames + [t.next_frame for t in turns])
-        v, v_next = values[: len(turns)], values[len(turns) :]
+        if self.critic is not None:
+            values = self.critic.predict(frames + [t.next_frame for t in turns])
+            v, v_next = values[: len(turns)], values[len(turns) :]
+        else:
+            v, v_next = self._head_values(per_env)
         advantages, returns = torch.zeros(len(turns)), torch.zeros(len(turns))
         start = 0
         for env_turns in per_env:
@@ -379,18 +427,47 @@ class GTRTrainer:
         metrics["adv/mean"] = float(advantages.mean())
         if s.ppo.normalize_advantages and len(turns) > 1:
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        critic_metrics = self.critic.train_step(frames, returns)
-        metrics.update(critic_metrics)
-        metrics["critic/weighted_loss"] = s.ppo.value_coef * critic_metrics["critic/loss"]
+        if self.critic is not None:
+            critic_metrics = self.critic.train_step(frames, returns)
+            metrics.update(critic_metrics)
+            metrics["critic/weighted_loss"] = s.ppo.value_coef * critic_metrics["critic/loss"]
 
         t0 = time.perf_counter()
-        metrics.update(self._policy_update(turns, advantages))
+        metrics.update(self._policy_update(turns, advantages, returns))
         metrics["time/update_s"] = time.perf_counter() - t0
         metrics["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.scheduler.step()
         metrics["time/step_s"] = time.perf_counter() - started
         self.step += 1
         return metrics
+
+    def _head_values(self, per_env: list[list[Turn]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V(o_t), V(o_{t+1})) from the VLM value head, in the order of the flat turn list.
+
+        Within an episode o_{t+1} is the next turn's prompt, so its value is reused; only a
+        cut episode (truncation, or the rollout's last turn) needs its hidden next observation
+        encoded. After a termination V(o_{t+1}) is unused (GAE does not bootstrap).
+        """
+        assert self.value_head is not None
+        turns = [t for env_turns in per_env for t in env_turns]
+        prompts = [t.prompt_ids for t in turns]
+        frames: list[Any] = [t.frame for t in turns]
+        cut = [k for k, t in enumerate(turns) if t.ended and not t.terminated]
+        for k in cut:
+            observation = turns[k].extra["next_observation"]
+            inputs, _ = self.policy.encode([observation])
+            prompts.append(inputs["input_ids"][0][inputs["attention_mask"][0].bool()].tolist())
+            frames.append(observation.image)
+        values = self.value_head.predict(
+            self.policy, prompts, frames, self.settings.rollout.score_micro_batch
+        )
+        v = values[: len(turns)]
+        v_next = torch.zeros(len(turns))
+        for k, t in enumerate(turns):
+            if not t.ended:
+                v_next[k] = v[k + 1]  # the same env's next turn: turns are contiguous per env
+        v_next[cut] = values[len(turns) :]
+        return v, v_next
 
     def turn_logprobs(self, turns: Sequence[Turn], masks: Sequence[tuple[Any, Any]]) -> Any:
         """Combined per-turn log pi(a_t) (with gradients when enabled), [len(turns)]."""
@@ -410,7 +487,9 @@ class GTRTrainer:
         )
         return combined, scored
 
-    def _policy_update(self, turns: list[Turn], advantages: torch.Tensor) -> dict[str, float]:
+    def _policy_update(
+        self, turns: list[Turn], advantages: torch.Tensor, returns: torch.Tensor
+    ) -> dict[str, float]:
         s = self.settings
         tok = self.policy.tokenizer
         keep = [i for i, t in enumerate(turns) if t.response_ids]  # nothing to score otherwise
@@ -435,9 +514,16 @@ class GTRTrainer:
                 loss = torch.zeros(())
                 parts: dict[str, float] = {}
                 if use_ppo:
-                    new, scored = self.turn_logprobs(
-                        [turns[i] for i in rows], [masks[i] for i in rows]
+                    head = self.value_head
+                    capture = (
+                        capture_final_hidden(self.policy.model)
+                        if head is not None
+                        else contextlib.nullcontext([])
                     )
+                    with capture as hidden:  # the value head reads the scoring forward's states
+                        new, scored = self.turn_logprobs(
+                            [turns[i] for i in rows], [masks[i] for i in rows]
+                        )
                     ones = torch.ones(len(rows), 1, dtype=torch.bool, device=new.device)
                     ppo, ppo_metrics = ppo_clip_loss(
                         new[:, None],
@@ -453,6 +539,16 @@ class GTRTrainer:
                     loss = ppo - s.ppo.entropy_coef * entropy
                     parts.update(ppo_metrics)
                     parts["actor/entropy_estimate"] = entropy.item()
+                    if head is not None:
+                        lengths = [len(turns[i].response_ids) for i in rows]
+                        predicted = head.from_captured(hidden, lengths)
+                        value_loss = head.loss(predicted, returns[rows])
+                        loss = loss + s.ppo.value_coef * value_loss.to(loss.device)
+                        parts["value_head/loss"] = value_loss.item()
+                        parts["value_head/weighted_loss"] = s.ppo.value_coef * value_loss.item()
+                        parts["value_head/value_mean"] = (
+                            predicted.detach().mean().item() * head.scale
+                        )
                 if s.sft.coef > 0 and len(self.buffer):
                     examples = self.buffer.sample(s.sft.batch_size, self.rng)
                     sft, n_tokens = sft_loss(self.policy, examples, s.sft.target)
@@ -477,7 +573,13 @@ class GTRTrainer:
 
     # -- loop and checkpoints -------------------------------------------------------------------
 
-    def train(self, steps: int | None = None) -> list[dict[str, float]]:
+    def train(
+        self,
+        steps: int | None = None,
+        on_step: Callable[[int, dict[str, float]], None] | None = None,
+    ) -> list[dict[str, float]]:
+        """Train up to ``steps`` (default: ``settings.steps``) updates in total; ``on_step``
+        sees each step's metrics (e.g. to log them to MLflow)."""
         total = self.settings.steps if steps is None else steps
         history = []
         while self.step < total:
@@ -485,27 +587,58 @@ class GTRTrainer:
             with open(self.out_dir / METRICS_FILE, "a") as f:
                 f.write(json.dumps(metrics, sort_keys=True) + "\n")
             history.append(metrics)
+            if on_step is not None:
+                on_step(self.step, metrics)
             if self.step % self.settings.checkpoint_every == 0 or self.step == total:
                 self.save()
         return history
 
+    def _truncate_metrics(self) -> None:
+        """Drop metric lines of steps after the resumed checkpoint (a killed run may have logged
+        steps it never saved; they are trained and logged again)."""
+        path = self.out_dir / METRICS_FILE
+        if not path.is_file():
+            return
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+        kept = [ln for ln in lines if json.loads(ln).get("step", 0) <= self.step]
+        path.write_text("".join(ln + "\n" for ln in kept))
+
     def state_dict(self) -> dict[str, Any]:
-        return {
+        state = {
             "step": self.step,
-            "critic": self.critic.state_dict(),
+            "value_source": self.settings.value.source,
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
             "generator": self.generator.get_state(),
+            "numpy_rng": self.rng.bit_generator.state,
+            "episode_seed": self._episode_seed,
             "dagger": self.buffer.state_dict(),
         }
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        if self.value_head is not None:
+            state["value_head"] = self.value_head.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore the trainer's state (the env positions restart with fresh episodes)."""
+        saved = state.get("value_source", "cnn")  # checkpoints from before the head: cnn
+        if saved != self.settings.value.source:
+            raise ValueError(
+                f"checkpoint was trained with value.source {saved!r}, settings say "
+                f"{self.settings.value.source!r}"
+            )
         self.step = int(state["step"])
-        self.critic.load_state_dict(state["critic"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])
+        if self.value_head is not None:
+            self.value_head.load_state_dict(state["value_head"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.generator.set_state(state["generator"])
+        if "numpy_rng" in state:
+            self.rng.bit_generator.state = state["numpy_rng"]
+            self._episode_seed = int(state["episode_seed"])
         self.buffer.load_state_dict(state["dagger"])
 
     def save(self) -> Path:

@@ -1,0 +1,224 @@
+"""Evaluation of a GTR policy on a card env, and the thought-collapse metrics in GTR's format.
+
+:func:`evaluate_gtr_policy` plays ``episodes`` episodes with fixed seeds (``seed``,
+``seed + 1``, ...), so two models evaluated with the same arguments see the same deals (the
+promotion gate compares them on equal footing). It reports the success rate and the mean task
+return, each with its standard error, and the thought-collapse metrics of every answer. The
+return is the env's own reward: no format bonus and no corrector (neither exists at test time).
+
+:func:`gtr_collapse_metrics` feeds :mod:`odyssey_core.eval.collapse` answers in the GTR
+format (a thought, then ``"action": ...``): the thought is the reasoning and the action the one
+"button", named in words by :data:`CARD_ACTION_WORDS` (``+`` is "plus", "add", ...; numbers and
+``hit``/``stand`` name themselves).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics
+from odyssey_core.policy.base import GenerationParams
+from odyssey_core.protocol.gtr_format import parse_gtr_response
+from odyssey_core.protocol.parsing import ParsedResponse
+
+__all__ = [
+    "CARD_ACTION_WORDS",
+    "GTREvaluation",
+    "evaluate_gtr_policy",
+    "gtr_collapse_metrics",
+    "load_gtr_policy",
+]
+
+# Words a thought may use for a card-game action (the collapse monitor's "agreement").
+CARD_ACTION_WORDS: dict[str, tuple[str, ...]] = {
+    "+": ("plus", "add", "adding", "increase", "up", "higher", "sum"),
+    "-": ("minus", "subtract", "subtracting", "decrease", "down", "lower", "less"),
+    "*": ("times", "multiply", "multiplying", "multiplied", "product"),
+    "/": ("divide", "dividing", "divided", "over", "quotient"),
+    "(": ("open", "opening", "parenthesis", "bracket"),
+    ")": ("close", "closing", "parenthesis", "bracket"),
+    "=": ("equals", "equal", "submit", "done", "complete", "finish"),
+}
+
+
+def _words(legal: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    return {a: CARD_ACTION_WORDS.get(a, (a.lower(),)) for a in legal}
+
+
+def gtr_collapse_metrics(
+    texts: Sequence[str],
+    frames: Sequence[np.ndarray | str],
+    legal_actions: Sequence[Sequence[str]],
+    settings: CollapseSettings | None = None,
+) -> CollapseReport:
+    """Collapse metrics of GTR-format answers, each with its frame and legal actions."""
+    if not len(texts) == len(frames) == len(legal_actions):
+        raise ValueError("texts, frames and legal_actions must have the same length")
+    parsed = []
+    words: dict[str, tuple[str, ...]] = {}
+    for text, legal in zip(texts, legal_actions, strict=True):
+        answer = parse_gtr_response(text, legal)
+        words.update(_words(legal))
+        parsed.append(
+            ParsedResponse(
+                buttons=(answer.action,) if answer.valid and answer.action is not None else (),
+                valid=answer.valid,
+                reasoning=answer.thought,
+                error=answer.error,
+            )
+        )
+    base = settings or CollapseSettings()
+    settings = base.model_copy(update={"button_words": words})
+    return collapse_metrics(parsed, list(frames), settings)
+
+
+@dataclass
+class GTREvaluation:
+    """Per-episode results of one evaluation and their summary."""
+
+    returns: list[float]
+    successes: list[bool]
+    lengths: list[int]
+    invalid_turns: int
+    collapse: CollapseReport
+    seeds: list[int] = field(default_factory=list)
+
+    @staticmethod
+    def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+        n = len(values)
+        if n == 0:
+            return math.nan, math.nan
+        mean = float(np.mean(values))
+        se = float(np.std(values, ddof=1) / math.sqrt(n)) if n > 1 else math.nan
+        return mean, se
+
+    def summary(self) -> dict[str, float]:
+        success, success_se = self._mean_se([float(s) for s in self.successes])
+        mean_return, return_se = self._mean_se(self.returns)
+        turns = sum(self.lengths)
+        out = {
+            "episodes": float(len(self.returns)),
+            "success_rate": success,
+            "success_se": success_se,
+            "mean_return": mean_return,
+            "return_se": return_se,
+            "mean_length": float(np.mean(self.lengths)) if self.lengths else math.nan,
+            "invalid_rate": self.invalid_turns / turns if turns else math.nan,
+        }
+        out.update({f"collapse/{k}": v for k, v in self.collapse.metrics.items()})
+        return out
+
+    def scores(self, metric: str) -> list[float]:
+        """The per-episode sample a promotion gate compares: ``return`` or ``success``."""
+        if metric == "return":
+            return list(self.returns)
+        if metric == "success":
+            return [float(s) for s in self.successes]
+        raise ValueError(f"unknown score metric {metric!r}; use 'return' or 'success'")
+
+
+def load_gtr_policy(
+    model_dir: str | Path,
+    env_name: str,
+    *,
+    image_size: tuple[int, int] | None = None,
+    image_scale: int | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> Any:
+    """An :class:`HFPolicy` on a plain model folder, with the card game's system prompt."""
+    from odyssey_core.gtr.prompts import cards_system_prompt
+    from odyssey_core.policy.hf import HFPolicy
+
+    policy = HFPolicy(
+        Path(model_dir),
+        system_prompt=cards_system_prompt(env_name),
+        image_size=image_size,
+        image_scale=image_scale,
+        dtype=dtype,
+        device=device,
+    )
+    policy.model.eval()
+    return policy
+
+
+def evaluate_gtr_policy(
+    policy: Any,
+    env_name: str,
+    *,
+    episodes: int,
+    seed: int,
+    generation: GenerationParams,
+    env_kwargs: dict[str, Any] | None = None,
+    n_envs: int = 4,
+    collapse_settings: CollapseSettings | None = None,
+) -> GTREvaluation:
+    """Play ``episodes`` episodes (seeds ``seed + k``) with ``n_envs`` envs batched per turn."""
+    from odyssey_core.envs import make_env
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    envs = [make_env(env_name, **(env_kwargs or {})) for _ in range(min(n_envs, episodes))]
+    returns, successes, lengths, seeds = [], [], [], []
+    texts: list[str] = []
+    frames: list[np.ndarray] = []
+    legal: list[list[str]] = []
+    invalid = 0
+    next_episode = 0
+    # slot -> (observation, info, return so far, turns so far, seed); None when idle
+    slots: list[Any] = [None] * len(envs)
+
+    def start(i: int) -> None:
+        nonlocal next_episode
+        episode_seed = seed + next_episode
+        next_episode += 1
+        obs, info = envs[i].reset(seed=episode_seed)
+        slots[i] = [obs, info, 0.0, 0, episode_seed]
+
+    try:
+        for i in range(len(envs)):
+            start(i)
+        round_index = 0
+        while any(slot is not None for slot in slots):
+            active = [i for i, slot in enumerate(slots) if slot is not None]
+            # A fresh, reproducible sampling seed per round (the items add their index to it).
+            params = generation.model_copy(update={"seed": seed * 7919 + round_index * len(envs)})
+            generations = policy.generate([slots[i][0] for i in active], params)
+            round_index += 1
+            for i, g in zip(active, generations, strict=True):
+                obs, info, ret, turns, episode_seed = slots[i]
+                texts.append(g.text)
+                frames.append(np.asarray(obs.image))
+                legal.append(list(info["legal_actions"]))
+                obs, reward, terminated, truncated, info = envs[i].step(g.text)
+                invalid += bool(info.get("invalid_action", False))
+                ret, turns = ret + float(reward), turns + 1
+                if terminated or truncated:
+                    returns.append(ret)
+                    successes.append(bool(info.get("success", False)))
+                    lengths.append(turns)
+                    seeds.append(episode_seed)
+                    slots[i] = None
+                    if next_episode < episodes:
+                        start(i)
+                else:
+                    slots[i] = [obs, info, ret, turns, episode_seed]
+    finally:
+        for env in envs:
+            env.close()
+    report = gtr_collapse_metrics(texts, frames, legal, collapse_settings)
+    order = np.argsort(seeds, kind="stable")  # by deal, so paired comparisons line up
+    return GTREvaluation(
+        returns=[returns[k] for k in order],
+        successes=[successes[k] for k in order],
+        lengths=[lengths[k] for k in order],
+        invalid_turns=invalid,
+        collapse=report,
+        seeds=[seeds[k] for k in order],
+    )
