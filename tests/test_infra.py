@@ -25,3 +25,17 @@ def test_dockerfile_copies_what_the_flows_import() -> None:
     for path in ("odyssey_core", "configs", "flows", "tasks", "prefect.yaml"):
         assert f"COPY {path}" in dockerfile, path
     assert "torch==2.13.0" in dockerfile
+
+
+def test_gtr_deployments_run_the_train_gtr_flow_on_their_pools() -> None:
+    from odyssey_core.gtr.pipeline import load_gtr_pipeline_config
+
+    deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    gtr = {d["name"]: d for d in deployments if d["entrypoint"] == "flows/gtr.py:train_gtr_flow"}
+    assert set(gtr) == {"points24", "numberline-tiny"}
+    assert gtr["points24"]["work_pool"]["name"] == "odyssey-gpu"
+    assert gtr["numberline-tiny"]["work_pool"]["name"] == "odyssey-cpu"
+    games = {
+        name: load_gtr_pipeline_config(d["parameters"]["preset"]).game for name, d in gtr.items()
+    }
+    assert games == {"points24": "gtr-points24", "numberline-tiny": "gtr-numberline"}

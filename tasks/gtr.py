@@ -1,0 +1,54 @@
+"""One Prefect task per GTR pipeline stage, thin over :mod:`odyssey_core.gtr.pipeline`.
+
+The retry and cache settings are the Odysseus tasks' (``tasks.pipeline._COMMON``): retries only
+for transient failures, Prefect's input cache first, then the stage's own done marker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+
+from odyssey_core.gtr import pipeline
+from odyssey_core.gtr.pipeline import GTRPipelineConfig
+from tasks.pipeline import _COMMON
+
+__all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_train_task"]
+
+
+@task(name="gtr-train", timeout_seconds=72 * 3600, **_COMMON)
+def gtr_train_task(cfg: GTRPipelineConfig, parent_run_id: str | None = None) -> dict[str, Any]:
+    # a retry continues from the last GTR checkpoint (the stage trains with resume=True)
+    return pipeline.stage_gtr_train(cfg, parent_run_id=parent_run_id)
+
+
+@task(name="gtr-evaluate", timeout_seconds=12 * 3600, **_COMMON)
+def gtr_evaluate_task(
+    cfg: GTRPipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    outputs = pipeline.stage_gtr_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+    report = Path(outputs.get("report_markdown", ""))
+    if report.is_file():  # success rate, return and collapse metrics on the flow run's page
+        create_markdown_artifact(
+            key=f"gtr-evaluation-{cfg.name}".lower().replace("_", "-"),
+            markdown=report.read_text(),
+            description=f"evaluation of {checkpoint_uri}",
+        )
+    return outputs
+
+
+@task(name="gtr-register", timeout_seconds=12 * 3600, **_COMMON)
+def gtr_register_task(
+    cfg: GTRPipelineConfig,
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_gtr_register(
+        cfg, checkpoint_uri, evaluation, base_model, parent_run_id=parent_run_id
+    )
