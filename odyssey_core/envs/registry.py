@@ -71,5 +71,9 @@ def _register_builtin() -> None:
 
     register_cards_envs()
 
+    from odyssey_core.envs.alfworld import register_alfworld_envs
+
+    register_alfworld_envs()  # imports nothing from alfworld until an env is made
+
 
 _register_builtin()

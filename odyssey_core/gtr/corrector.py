@@ -654,6 +654,7 @@ class OpenAICorrector(Corrector):
 CORRECTORS: Registry[Callable[..., Corrector]] = Registry("corrector")
 CORRECTORS.register("programmatic", ProgrammaticCorrector)
 CORRECTORS.register("openai", OpenAICorrector)
+CORRECTORS.register("alfworld", "odyssey_core.gtr.alfworld_corrector:AlfWorldCorrector")
 
 
 def make_corrector(name: str = "programmatic", **kwargs: Any) -> Corrector:

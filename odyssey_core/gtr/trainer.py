@@ -201,6 +201,15 @@ def _chunks(index: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
         yield index[start : start + size]
 
 
+def gtr_system_prompt(env_name: str) -> str:
+    """The agent's system prompt: ALFWorld's for an ``alfworld*`` env, else the card game's."""
+    if env_name.startswith("alfworld"):
+        from odyssey_core.gtr.alfworld_corrector import ALFWORLD_SYSTEM_PROMPT
+
+        return ALFWORLD_SYSTEM_PROMPT
+    return cards_system_prompt(env_name)
+
+
 def _make_env(
     name: str, kwargs: dict[str, Any], corrector: Corrector, rewards: GTRRewardConfig
 ) -> GTRWrapper:
@@ -299,7 +308,7 @@ class GTRTrainer:
         policy = HFPolicy(
             model,
             load_processor(base),
-            system_prompt=cards_system_prompt(settings.rollout.env),
+            system_prompt=gtr_system_prompt(settings.rollout.env),
             image_scale=m.image_scale,
             image_size=m.image_size,
         )
