@@ -1,6 +1,8 @@
-"""The training flows: each runs the pipeline up to its stage. Finished stages are skipped
-(Prefect's input cache, then the stage's done marker), so ``rl-train`` after ``sft`` pays only
-for RL, and rerunning a failed ``train-odysseus`` resumes where it stopped."""
+"""The training flows: each runs the pipeline up to its stage (``curate-dataset``: the five
+curation tasks, record walkthroughs -> sample frames -> annotate -> validate -> build dataset).
+Finished stages are skipped (Prefect's input cache, then the stage's done marker), so
+``rl-train`` after ``sft`` pays only for RL, and rerunning a failed ``train-odysseus`` resumes
+where it stopped."""
 
 from __future__ import annotations
 
@@ -10,10 +12,20 @@ from typing import Any
 
 from prefect import flow
 
-from odyssey_core.pipeline import PipelineConfig, load_pipeline_config, make_tracker
-from tasks.pipeline import curate_task, evaluate_task, promote_task, rl_task, sft_task
+from odyssey_core.pipeline import STAGES, PipelineConfig, load_pipeline_config, make_tracker
+from tasks.pipeline import (
+    annotate_task,
+    build_dataset_task,
+    evaluate_task,
+    promote_task,
+    record_walkthroughs_task,
+    rl_task,
+    sample_frames_task,
+    sft_task,
+    validate_task,
+)
 
-STAGE_ORDER = ("curate", "sft", "rl", "evaluate", "promote")
+STAGE_ORDER = STAGES  # record, sample, annotate, validate, build-dataset, sft, rl, ...
 
 
 def results_table(results: dict[str, dict[str, Any]]) -> str:
@@ -35,18 +47,38 @@ def _flow_run(cfg: PipelineConfig, flow_name: str) -> Iterator[str]:
 
 
 def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, Any]]:
-    """Run the stages in order up to and including ``until``."""
+    """Run the stages in order up to and including ``until``; each task gets only the URIs of
+    the stages it reads from."""
     stop = STAGE_ORDER.index(until)
     results: dict[str, dict[str, Any]] = {}
-    results["curate"] = curate_task(cfg, parent_run_id=parent)
-    if stop >= 1:
-        results["sft"] = sft_task(cfg, results["curate"]["dataset_uri"], parent_run_id=parent)
-    if stop >= 2:
+
+    def wanted(stage: str) -> bool:
+        return STAGE_ORDER.index(stage) <= stop
+
+    results["record"] = record_walkthroughs_task(cfg, parent_run_id=parent)
+    walkthroughs = results["record"]["walkthroughs_uri"]
+    if wanted("sample"):
+        results["sample"] = sample_frames_task(cfg, walkthroughs, parent_run_id=parent)
+    if wanted("annotate"):
+        samples = results["sample"]["samples_uri"]
+        results["annotate"] = annotate_task(cfg, samples, parent_run_id=parent)
+    if wanted("validate"):
+        annotations = results["annotate"]["annotations_uri"]
+        results["validate"] = validate_task(cfg, annotations, samples, parent_run_id=parent)
+    if wanted("build-dataset"):
+        validation = results["validate"]["validation_uri"]
+        results["build-dataset"] = build_dataset_task(
+            cfg, validation, samples, annotations, parent_run_id=parent
+        )
+    if wanted("sft"):
+        dataset = results["build-dataset"]["dataset_uri"]
+        results["sft"] = sft_task(cfg, dataset, parent_run_id=parent)
+    if wanted("rl"):
         results["rl"] = rl_task(cfg, results["sft"]["model_uri"], parent_run_id=parent)
-    if stop >= 3:
+    if wanted("evaluate"):
         checkpoint = results["rl"]["checkpoint_uri"]
         results["evaluate"] = evaluate_task(cfg, checkpoint, parent_run_id=parent)
-    if stop >= 4:
+    if wanted("promote"):
         results["promote"] = promote_task(
             cfg,
             results["rl"]["checkpoint_uri"],
@@ -67,7 +99,7 @@ def _run(name: str, preset: str, overrides: dict[str, Any] | None, until: str) -
 
 @flow(name="curate-dataset", log_prints=True)
 def curate_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _run("curate-dataset", preset, overrides, "curate")
+    return _run("curate-dataset", preset, overrides, "build-dataset")
 
 
 @flow(name="sft", log_prints=True)
@@ -94,7 +126,7 @@ def promote_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) 
 def train_odysseus_flow(
     preset: str = "tiny", overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The whole chain: curate -> SFT -> RL -> evaluate -> promote."""
+    """The whole chain: the five curation stages -> SFT -> RL -> evaluate -> promote."""
     return _run("train-odysseus", preset, overrides, "promote")
 
 

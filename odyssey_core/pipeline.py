@@ -1,12 +1,15 @@
 """The Odysseus training pipeline as plain functions: curate -> SFT -> RL -> evaluate -> promote.
 
-Every stage works in ``<run_dir>/<stage>/``, publishes what it made to the artifact store under
-``runs/<run_id>/<stage>/`` and returns small dicts of URIs and numbers (never models or
-datasets), so an orchestrator (the Prefect flows under ``flows/``) can pass them around
-cheaply. The last thing a stage writes is ``<run_dir>/<stage>/done.json``: its outputs plus a
-fingerprint of its inputs. Called again with the same inputs while that marker and the outputs
-exist, a stage returns the recorded outputs without redoing any work; that is how a failed run
-resumes (RL additionally continues from its latest checkpoint).
+Curation is itself five stages (record walkthroughs -> sample frames -> annotate -> validate ->
+build the dataset); ``stage_curate`` runs them in order. Every stage works in
+``<run_dir>/<stage>/`` (``<run_dir>/curate/<stage>/`` for the curation ones), publishes what it
+made to the artifact store under ``runs/<run_id>/<stage>/`` and returns small dicts of URIs
+and numbers (never models or datasets), so an orchestrator (the Prefect flows under
+``flows/``) can pass them around cheaply; a stage reads its inputs back from the store by URI.
+The last thing a stage writes is ``<stage dir>/done.json``: its outputs plus a fingerprint of
+its inputs. Called again with the same inputs while that marker and the outputs exist, a stage
+returns the recorded outputs without redoing any work; that is how a failed run resumes (RL
+additionally continues from its latest checkpoint).
 
 This module imports no Prefect: it runs the same from a notebook, a CLI or a test.
 """
@@ -29,24 +32,30 @@ from pydantic import BaseModel, ConfigDict, Field
 from odyssey_core.config import config_dir, deep_merge, load_preset
 
 __all__ = [
+    "CURATE_STAGES",
     "DONE_MARKER",
+    "STAGES",
     "PipelineConfig",
     "evaluate_checkpoint",
     "load_pipeline_config",
     "make_tracker",
     "nightly_evaluate",
     "read_marker",
+    "stage_annotate",
+    "stage_build_dataset",
     "stage_curate",
     "stage_evaluate",
     "stage_promote",
+    "stage_record",
     "stage_rl",
+    "stage_sample",
     "stage_sft",
+    "stage_validate",
 ]
 
 log = logging.getLogger(__name__)
 
 DONE_MARKER = "done.json"
-STAGES = ("curate", "sft", "rl", "evaluate", "promote")
 SCORE_KEY = "eval.mean_progress"  # the registered-version metric nightly-eval compares against
 
 
@@ -212,29 +221,327 @@ def _rl_preset_path(preset: str) -> Path:
     return config_dir() / "odysseus" / f"{preset}.yaml"
 
 
-# -- stages -------------------------------------------------------------------------------------
+# -- curation stages ----------------------------------------------------------------------------
+#
+# Curation is five stages, each a separate unit of work (and Prefect task): it has its own
+# folder ``<run_dir>/curate/<stage>/`` with its done marker, its own nested MLflow run, and it
+# publishes its output folder to ``runs/<run_id>/curate/<folder>/`` in the store. A stage reads
+# its inputs back from the store by URI, so consecutive stages may run on different workers.
+# The folder names in the store are those of ``odyssey curate`` (``odyssey_core.data.cli``).
+
+CURATE_STAGES = ("record", "sample", "annotate", "validate", "build-dataset")
+STAGES = (*CURATE_STAGES, "sft", "rl", "evaluate", "promote")
+_PROGRESS = {"show_progress": True, "sampling": {"show_progress": True}}
 
 
-def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
-    """Record, sample, annotate, validate and build the SFT dataset; returns ``dataset_uri``."""
-    from odyssey_core.data.cli import curate, load_curate_config
+def _curate_config(cfg: PipelineConfig) -> Any:
+    from odyssey_core.data.cli import load_curate_config
 
-    work = cfg.stage_dir("curate")
-    config = load_curate_config(cfg.curate.preset, cfg.curate.overrides)
-    key = fingerprint("curate", cfg.run_key, config.model_dump(mode="json"))
+    return load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+
+
+def _section(config: Any, *names: str) -> dict[str, Any]:
+    """The parts of the curation config one stage depends on (progress bars excluded: they do
+    not change what a stage makes, so toggling them must not rerun anything)."""
+    dump = config.model_dump(mode="json", exclude=_PROGRESS)
+    return {name: dump[name] for name in names} if names else dump
+
+
+def _publication(cfg: PipelineConfig, uri: str) -> str:
+    """Which publication of a store folder ``uri`` holds: its manifest (written last, with the
+    upload time). A stage's URI is the same on every rerun, so fingerprints take this as well:
+    when an upstream stage reruns, everything downstream of it reruns too."""
+    store = _store(cfg)
+    manifest = store.read_manifest(store.key_for(uri))
+    return fingerprint(manifest.created_at, [(f.path, f.sha256) for f in manifest.files])
+
+
+def _fetch_input(cfg: PipelineConfig, uri: str, publication: str, dest: Path) -> Path:
+    """A local copy of the current publication of ``uri``; a copy of an older one (a previous
+    run of the upstream stage) is replaced rather than reused."""
+    stamp = dest.with_name(f".{dest.name}.publication")
+    if dest.is_dir() and stamp.is_file() and stamp.read_text() == publication:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    store = _store(cfg)
+    store.get_dir(store.key_for(uri), dest, overwrite=True)
+    stamp.write_text(publication)
+    return dest
+
+
+def _inputs(cfg: PipelineConfig, **uris: str) -> dict[str, tuple[str, str]]:
+    """name -> (uri, publication) for a stage's store inputs."""
+    return {name: (uri, _publication(cfg, uri)) for name, uri in uris.items()}
+
+
+def _fetch_inputs(cfg: PipelineConfig, inputs: Mapping[str, tuple[str, str]], out: Path) -> None:
+    for folder, (uri, publication) in inputs.items():
+        _fetch_input(cfg, uri, publication, out / folder)
+
+
+def _rebase_walkthroughs(folder: Path) -> None:
+    """Walkthrough records hold absolute paths of the machine that recorded them; point those
+    at the fetched copies in ``folder`` (an imported video left in place keeps its path)."""
+    from odyssey_core.data.dataset import read_json, write_json
+
+    for path in sorted(folder.glob("*.json")):
+        record = read_json(path)
+        if not isinstance(record, dict) or "video" not in record:
+            continue
+        for field in ("video", "sidecar"):
+            value = record.get(field)
+            if value and (folder / Path(value).name).is_file():
+                record[field] = str((folder / Path(value).name).resolve())
+        write_json(path, record)
+
+
+def _fresh(path: Path) -> Path:
+    # a stage's output folder is rebuilt from scratch: files of an earlier config (a level no
+    # longer recorded, a frame no longer sampled) must not leak into the new publication
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def _level_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[str(row["level"])] = counts.get(str(row["level"]), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def stage_record(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """Record (or import) the walkthrough videos; returns ``walkthroughs_uri``."""
+    from odyssey_core.data.cli import run_record
+    from odyssey_core.data.walkthroughs import load_walkthroughs
+
+    config = _curate_config(cfg)
+    work = cfg.stage_dir("curate/record")
+    params = _section(config, "game", "source", "record", "imports")
+    key = fingerprint("record", cfg.run_key, params)
     if (done := _finished(work, key)) is not None:
         return done
-    with make_tracker(cfg).stage_run("curate", parent_run_id=parent_run_id, params=config) as run:
-        dataset = curate(config, work / "out")
+    with make_tracker(cfg).stage_run("record", parent_run_id=parent_run_id, params=params) as run:
+        _fresh(work / "out" / "walkthroughs")
+        folder = run_record(config, work / "out")
+        walkthroughs = load_walkthroughs(folder)
+        frames: dict[str, int] = {}
+        for w in walkthroughs:
+            # one level per recorded video; an imported one is split over its segments by time
+            total = sum(s["end_s"] - s["start_s"] for s in w.segments) or 1.0
+            for s in w.segments:
+                share = (s["end_s"] - s["start_s"]) / total
+                frames[s["level"]] = frames.get(s["level"], 0) + round(w.frame_count * share)
+        run.log_metrics(
+            {
+                "walkthroughs": float(len(walkthroughs)),
+                "frames": float(sum(frames.values())),
+                **{f"frames.{level}": float(n) for level, n in frames.items()},
+            }
+        )
+        uri = _store(cfg, "curate").put_dir(folder, "walkthroughs")
+        run.log_artifact_ref("walkthroughs", uri)
+        outputs = {
+            "walkthroughs_uri": uri,
+            "walkthroughs": len(walkthroughs),
+            "frames": sum(frames.values()),
+        }
+    return _mark_done(work, key, outputs, [folder])
+
+
+def stage_sample(
+    cfg: PipelineConfig, walkthroughs_uri: str, *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """Sample and pHash-dedupe frames of the walkthroughs; returns ``samples_uri``."""
+    from odyssey_core.data.cli import run_sample
+    from odyssey_core.data.dataset import read_table
+    from odyssey_core.data.sampling import SAMPLES_FILE
+    from odyssey_core.data.walkthroughs import load_walkthroughs
+
+    config = _curate_config(cfg)
+    work = cfg.stage_dir("curate/sample")
+    params = _section(config, "game", "sampling")
+    inputs = _inputs(cfg, walkthroughs=walkthroughs_uri)
+    key = fingerprint("sample", cfg.run_key, params, inputs)
+    if (done := _finished(work, key)) is not None:
+        return done
+    with make_tracker(cfg).stage_run("sample", parent_run_id=parent_run_id, params=params) as run:
+        _fetch_inputs(cfg, inputs, work / "out")
+        _rebase_walkthroughs(work / "out" / "walkthroughs")
+        _fresh(work / "out" / "samples")
+        folder = run_sample(config, work / "out")
+        per_level = _level_counts(read_table(folder / SAMPLES_FILE))
+        kept = sum(per_level.values())
+        recorded = sum(w.frame_count for w in load_walkthroughs(work / "out" / "walkthroughs"))
+        run.log_metrics(
+            {
+                "frames_in": float(recorded),  # what was recorded, before sampling and dedup
+                "frames_kept": float(kept),
+                **{f"frames_kept.{k}": float(n) for k, n in per_level.items()},
+            }
+        )
+        uri = _store(cfg, "curate").put_dir(folder, "samples")
+        run.log_artifact_ref("samples", uri)
+        outputs = {"samples_uri": uri, "samples": kept}
+    return _mark_done(work, key, outputs, [folder])
+
+
+def stage_annotate(
+    cfg: PipelineConfig, samples_uri: str, *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """Annotate the sampled frames with the teacher; returns ``annotations_uri``. The teacher's
+    response cache stays in this stage's folder, so a retry pays only for frames not yet done."""
+    import pyarrow.parquet as pq
+
+    from odyssey_core.data.cli import run_annotate
+    from odyssey_core.data.dataset import read_json
+    from odyssey_core.data.teachers import ANNOTATIONS_FILE
+
+    config = _curate_config(cfg)
+    work = cfg.stage_dir("curate/annotate")
+    params = _section(config, "game", "teacher")
+    inputs = _inputs(cfg, samples=samples_uri)
+    key = fingerprint("annotate", cfg.run_key, params, inputs)
+    if (done := _finished(work, key)) is not None:
+        return done
+    with make_tracker(cfg).stage_run("annotate", parent_run_id=parent_run_id, params=params) as run:
+        _fetch_inputs(cfg, inputs, work / "out")
+        folder = run_annotate(config, work / "out")
+        rows = pq.read_metadata(folder / ANNOTATIONS_FILE).num_rows
+        metrics = read_json(folder / "teacher_metrics.json")
+        # tokens, cost, cache hits, HTTP counters: whatever the teacher reports as numbers
+        run.log_metrics(_numeric({**metrics, "annotations": rows}))
+        uri = _store(cfg, "curate").put_dir(folder, "annotations")
+        run.log_artifact_ref("annotations", uri)
+        outputs = {"annotations_uri": uri, "annotations": rows}
+    return _mark_done(work, key, outputs, [folder])
+
+
+def stage_validate(
+    cfg: PipelineConfig,
+    annotations_uri: str,
+    samples_uri: str,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Validate the annotations against the frames, quarantining failing rows; returns
+    ``validation_uri``. Raises ``ValidationFailed`` (not transient: no retry helps) when more
+    than ``max_failed_share`` of the rows fail; the report is logged to MLflow either way."""
+    from odyssey_core.data.cli import run_validate
+    from odyssey_core.data.dataset import VALIDATION_HTML, VALIDATION_JSON, read_json
+    from odyssey_core.data.validation import ValidationFailed
+
+    config = _curate_config(cfg)
+    work = cfg.stage_dir("curate/validate")
+    params = _section(config, "game", "validation")
+    inputs = _inputs(cfg, annotations=annotations_uri, samples=samples_uri)
+    key = fingerprint("validate", cfg.run_key, params, inputs)
+    if (done := _finished(work, key)) is not None:
+        return done
+    with make_tracker(cfg).stage_run("validate", parent_run_id=parent_run_id, params=params) as run:
+        _fetch_inputs(cfg, inputs, work / "out")
+        target = _fresh(work / "out" / "validation")
+
+        def log_report() -> dict[str, Any]:
+            report = read_json(target / VALIDATION_JSON)
+            summary = report.get("summary", {})
+            # a top-level flag makes log_validation_report tag the run validation.curate
+            run.log_validation_report({**report, "ok": bool(summary.get("success"))}, "curate")
+            if (target / VALIDATION_HTML).is_file():
+                run.log_artifact(target / VALIDATION_HTML, "reports")
+            run.log_metrics(
+                _numeric(
+                    {k: summary.get(k) for k in ("rows", "passed", "quarantined", "failed_share")}
+                )
+            )
+            return summary
+
+        try:
+            folder = run_validate(config, work / "out")
+        except ValidationFailed:
+            if (target / VALIDATION_JSON).is_file():
+                log_report()  # the reason is what one wants to see on a failed run
+            raise
+        summary = log_report()
+        uri = _store(cfg, "curate").put_dir(folder, "validation")
+        run.log_artifact_ref("validation", uri)
+        outputs = {
+            "validation_uri": uri,
+            "passed": int(summary.get("passed", 0)),
+            "quarantined": int(summary.get("quarantined", 0)),
+        }
+    return _mark_done(work, key, outputs, [folder])
+
+
+def stage_build_dataset(
+    cfg: PipelineConfig,
+    validation_uri: str,
+    samples_uri: str,
+    annotations_uri: str,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Write the SFT dataset folder from the validated rows and their frames; returns
+    ``dataset_uri`` and ``num_samples``. The teacher's metrics go into the manifest."""
+    from odyssey_core.data.cli import run_build
+
+    config = _curate_config(cfg)
+    work = cfg.stage_dir("curate/build-dataset")
+    # the manifest records the whole curation config, so all of it is an input here
+    params = _section(config)
+    inputs = _inputs(
+        cfg, validation=validation_uri, samples=samples_uri, annotations=annotations_uri
+    )
+    key = fingerprint("build-dataset", cfg.run_key, params, inputs)
+    if (done := _finished(work, key)) is not None:
+        return done
+    tracker = make_tracker(cfg)
+    with tracker.stage_run("build-dataset", parent_run_id=parent_run_id, params=params) as run:
+        _fetch_inputs(cfg, inputs, work / "out")
+        _fresh(work / "out" / "dataset")
+        dataset = run_build(config, work / "out")
         manifest = json.loads((dataset / "manifest.json").read_text())
         uri = _store(cfg, "curate").put_dir(dataset, "dataset")
         run.log_dataset_manifest({**manifest, "uri": uri}, "sft")
-        validation = dataset / "validation.json"
-        if validation.is_file():
-            run.log_validation_report(json.loads(validation.read_text()), "curate")
-        run.log_metrics({"num_samples": float(manifest.get("num_samples", 0))})
-        outputs = {"dataset_uri": uri, "num_samples": int(manifest.get("num_samples", 0))}
+        num_samples = int(manifest.get("num_samples", 0))
+        metrics = {
+            "num_samples": float(num_samples),
+            "num_quarantined": float(manifest.get("num_quarantined", 0)),
+        }
+        for split, n in manifest.get("splits", {}).items():
+            metrics[f"samples.{split}"] = float(n)
+        for level, splits in manifest.get("levels", {}).items():
+            metrics[f"samples.{level}"] = float(sum(splits.values()))
+        run.log_metrics(metrics)
+        outputs = {"dataset_uri": uri, "num_samples": num_samples}
     return _mark_done(work, key, outputs, [dataset])
+
+
+def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """The five curation stages in order (each skipped when done); returns every stage's URI,
+    ``dataset_uri`` among them, and ``num_samples``."""
+    record = stage_record(cfg, parent_run_id=parent_run_id)
+    sample = stage_sample(cfg, record["walkthroughs_uri"], parent_run_id=parent_run_id)
+    annotate = stage_annotate(cfg, sample["samples_uri"], parent_run_id=parent_run_id)
+    validate = stage_validate(
+        cfg, annotate["annotations_uri"], sample["samples_uri"], parent_run_id=parent_run_id
+    )
+    build = stage_build_dataset(
+        cfg,
+        validate["validation_uri"],
+        sample["samples_uri"],
+        annotate["annotations_uri"],
+        parent_run_id=parent_run_id,
+    )
+    return {
+        "walkthroughs_uri": record["walkthroughs_uri"],
+        "samples_uri": sample["samples_uri"],
+        "annotations_uri": annotate["annotations_uri"],
+        "validation_uri": validate["validation_uri"],
+        **build,
+    }
+
+
+# -- stages -------------------------------------------------------------------------------------
 
 
 def stage_sft(
@@ -246,8 +553,13 @@ def stage_sft(
 
     work = cfg.stage_dir("sft")
     settings = load_sft_settings(cfg.sft.preset, cfg.sft.overrides)
+    # the dataset's publication too: a rebuilt dataset (same URI) retrains
     key = fingerprint(
-        "sft", cfg.run_key, settings.model_dump(mode="json"), cfg.sft.base_model, dataset_uri
+        "sft",
+        cfg.run_key,
+        settings.model_dump(mode="json"),
+        cfg.sft.base_model,
+        _inputs(cfg, dataset=dataset_uri),
     )
     if (done := _finished(work, key)) is not None:
         return done

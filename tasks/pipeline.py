@@ -1,4 +1,6 @@
-"""One Prefect task per pipeline stage, thin over :mod:`odyssey_core.pipeline`.
+"""One Prefect task per pipeline stage, thin over :mod:`odyssey_core.pipeline`: the five
+curation stages (record walkthroughs, sample frames, annotate, validate, build the dataset),
+then SFT, RL, evaluation and promotion. Each passes URIs and small numbers, never datasets.
 
 Two layers make a rerun cheap: Prefect's result cache (keyed on the task inputs, results
 persisted under ``PREFECT_HOME``) skips a task whose inputs it has seen, and the stage's own
@@ -23,13 +25,17 @@ from odyssey_core import pipeline
 from odyssey_core.pipeline import PipelineConfig
 
 __all__ = [
-    "curate_task",
+    "annotate_task",
+    "build_dataset_task",
     "evaluate_task",
     "is_transient_error",
     "promote_task",
+    "record_walkthroughs_task",
     "retry_on_transient",
     "rl_task",
+    "sample_frames_task",
     "sft_task",
+    "validate_task",
 ]
 
 # The MLflow parent run differs on every flow run; it must not change the cache key.
@@ -109,9 +115,55 @@ _COMMON: dict[str, Any] = {
 }
 
 
-@task(name="curate", timeout_seconds=6 * 3600, **_COMMON)
-def curate_task(cfg: PipelineConfig, parent_run_id: str | None = None) -> dict[str, Any]:
-    return pipeline.stage_curate(cfg, parent_run_id=parent_run_id)
+@task(name="record-walkthroughs", timeout_seconds=4 * 3600, **_COMMON)
+def record_walkthroughs_task(
+    cfg: PipelineConfig, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_record(cfg, parent_run_id=parent_run_id)
+
+
+@task(name="sample-frames", timeout_seconds=2 * 3600, **_COMMON)
+def sample_frames_task(
+    cfg: PipelineConfig, walkthroughs_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_sample(cfg, walkthroughs_uri, parent_run_id=parent_run_id)
+
+
+# The one stage that talks to a teacher API. Its backend already retries 429/5xx/connection
+# errors per request with backoff; what still escapes as a transient error (and store errors
+# while fetching or publishing) is retried here, paying only for frames the teacher's response
+# cache does not hold yet. Frames the teacher gave up on come back as one TeacherError without
+# a cause, which is_transient_error cannot classify, so it is not retried: rerun the flow.
+@task(name="annotate", timeout_seconds=12 * 3600, **_COMMON)
+def annotate_task(
+    cfg: PipelineConfig, samples_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_annotate(cfg, samples_uri, parent_run_id=parent_run_id)
+
+
+# Too many failing rows raise ValidationFailed: deterministic, so retry_on_transient declines
+# and the flow fails at once with the report in MLflow.
+@task(name="validate", timeout_seconds=2 * 3600, **_COMMON)
+def validate_task(
+    cfg: PipelineConfig,
+    annotations_uri: str,
+    samples_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_validate(cfg, annotations_uri, samples_uri, parent_run_id=parent_run_id)
+
+
+@task(name="build-dataset", timeout_seconds=2 * 3600, **_COMMON)
+def build_dataset_task(
+    cfg: PipelineConfig,
+    validation_uri: str,
+    samples_uri: str,
+    annotations_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_build_dataset(
+        cfg, validation_uri, samples_uri, annotations_uri, parent_run_id=parent_run_id
+    )
 
 
 @task(name="sft", timeout_seconds=24 * 3600, **_COMMON)

@@ -11,6 +11,7 @@ import pytest
 
 from odyssey_core import pipeline
 from odyssey_core.pipeline import (
+    CURATE_STAGES,
     DONE_MARKER,
     PipelineConfig,
     load_pipeline_config,
@@ -20,6 +21,8 @@ from odyssey_core.pipeline import (
     stage_rl,
     stage_sft,
 )
+
+CURATION_TASKS = ("record-walkthroughs", "sample-frames", "annotate", "validate", "build-dataset")
 
 
 def tiny(run_dir: Path) -> PipelineConfig:
@@ -38,6 +41,14 @@ def run_all(cfg: PipelineConfig) -> dict[str, dict[str, Any]]:
         cfg, out["rl"]["checkpoint_uri"], out["evaluate"], out["sft"]["base_model_uri"]
     )
     return out
+
+
+def markers(cfg: PipelineConfig) -> dict[str, int]:
+    """stage folder (relative to the run) -> its done marker's mtime."""
+    return {
+        str(p.parent.relative_to(cfg.run_dir)): p.stat().st_mtime_ns
+        for p in cfg.run_dir.rglob(DONE_MARKER)
+    }
 
 
 def stage_runs(cfg: PipelineConfig) -> list[Any]:
@@ -67,8 +78,13 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
 
     # every output is a URI into the run-scoped prefix of the store, and complete there
     store = open_store(cfg.store_uri)
+    curate = first["curate"]
     uris = [
-        first["curate"]["dataset_uri"],
+        curate["walkthroughs_uri"],
+        curate["samples_uri"],
+        curate["annotations_uri"],
+        curate["validation_uri"],
+        curate["dataset_uri"],
         first["sft"]["model_uri"],
         first["sft"]["base_model_uri"],
         first["rl"]["checkpoint_uri"],
@@ -79,6 +95,15 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
         assert store.read_manifest(store.key_for(uri)).files
     assert store.exists(store.key_for(first["evaluate"]["scores_uri"]))
     assert first["evaluate"]["episodes"] == 2
+    assert curate["num_samples"] == 20
+    # each curation stage has its own marker, under <run_dir>/curate/<stage>/
+    curate_dirs = {f"curate/{stage}" for stage in CURATE_STAGES}
+    assert set(markers(cfg)) == curate_dirs | {"sft", "rl", "evaluate", "promote"}
+    # a stage reads its input from the store: the sample stage's fetched walkthrough records
+    # point at its own copies, not at the record stage's folder
+    fetched = cfg.run_dir / "curate" / "sample" / "out" / "walkthroughs"
+    record = json.loads(next(fetched.glob("*.json")).read_text())
+    assert Path(record["video"]).parent == fetched.resolve()
 
     # the registry: version 1 points at the checkpoint, with metrics and the gate's decision
     registry = ModelRegistry(cfg.mlflow_uri)
@@ -96,24 +121,45 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
 
     # MLflow: one nested run per stage, with params, metrics and the small artifacts
     runs = {r.data.tags["odyssey.stage"]: r for r in stage_runs(cfg)}
-    assert set(runs) == {"curate", "sft", "rl", "evaluate", "promote"}
+    assert set(runs) == {*CURATE_STAGES, "sft", "rl", "evaluate", "promote"}
     assert runs["sft"].data.metrics["steps"] == 4 and runs["rl"].data.metrics["steps"] == 1
-    assert runs["curate"].data.tags["dataset.sft"] == first["curate"]["dataset_uri"]
-    curate_files = {a.path for a in registry.client.list_artifacts(runs["curate"].info.run_id)}
-    assert {"datasets", "reports"} <= curate_files
+    recorded = runs["record"].data.metrics
+    assert recorded["frames.1-1"] == recorded["frames"] > 0 and recorded["walkthroughs"] == 1
+    assert runs["sample"].data.metrics["frames_in"] == recorded["frames"]
+    assert runs["sample"].data.metrics["frames_kept.1-1"] == 20
+    assert runs["annotate"].data.metrics["annotated"] == 20
+    assert runs["validate"].data.metrics["passed"] == 20
+    assert runs["validate"].data.metrics["quarantined"] == 0
+    assert runs["build-dataset"].data.metrics["samples.1-1"] == 20
+    assert runs["build-dataset"].data.tags["dataset.sft"] == first["curate"]["dataset_uri"]
+
+    def files(stage: str) -> set[str]:
+        return {a.path for a in registry.client.list_artifacts(runs[stage].info.run_id)}
+
+    assert "datasets" in files("build-dataset") and "reports" in files("validate")
 
     # a second call with the same inputs: markers untouched, nothing logged or registered
-    markers = {s: (cfg.run_dir / s / DONE_MARKER).stat().st_mtime_ns for s in first}
+    before = markers(cfg)
     second = run_all(cfg)
     assert second == json.loads(json.dumps(first))
-    assert markers == {s: (cfg.run_dir / s / DONE_MARKER).stat().st_mtime_ns for s in first}
-    assert len(stage_runs(cfg)) == 5
+    assert markers(cfg) == before
+    assert len(stage_runs(cfg)) == 9
     assert len(registry.client.search_model_versions(f"name='{mv.name}'")) == 1
 
     # changed inputs rerun that stage: one more eval run with the other runs untouched
     more = cfg.model_copy(update={"eval": cfg.eval.model_copy(update={"runs": 3})})
     assert stage_evaluate(more, first["rl"]["checkpoint_uri"])["episodes"] == 3
     assert stage_rl(more, first["sft"]["model_uri"]) == first["rl"]
+
+    # a lost annotate marker: annotate reruns and republishes, so validate and build rerun
+    # (their inputs' publication changed); record and sample are not touched
+    before = markers(cfg)
+    (cfg.run_dir / "curate" / "annotate" / DONE_MARKER).unlink()
+    assert stage_curate(cfg) == second["curate"]
+    after = markers(cfg)
+    rerun = {d for d in curate_dirs if after[d] != before[d]}
+    assert rerun == {"curate/annotate", "curate/validate", "curate/build-dataset"}
+    assert len(stage_runs(cfg)) == 9 + 1 + 3  # the evaluate above, then three curation runs
 
 
 def _fake_eval(scores_by_label: dict[str, list[float]]):
@@ -167,6 +213,7 @@ def test_promotion_against_base_then_champion_and_nightly(tmp_path: Path, monkey
 def test_retry_condition_only_for_transient_errors() -> None:
     from botocore.exceptions import ClientError
 
+    from odyssey_core.data.validation import ValidationFailed
     from odyssey_core.policy.openai_backend import OpenAIBackendError
     from tasks.pipeline import is_transient_error
 
@@ -188,6 +235,7 @@ def test_retry_condition_only_for_transient_errors() -> None:
     assert not is_transient_error(OpenAIBackendError("bad key", status_code=401))
     assert not is_transient_error(ValueError("bad config"))
     assert not is_transient_error(FileNotFoundError(2, "missing"))
+    assert not is_transient_error(ValidationFailed("3 of 20 rows failed validation"))
 
 
 @pytest.fixture(scope="module")
@@ -230,22 +278,73 @@ def _artifact_keys() -> set[str]:
     return asyncio.run(read())
 
 
+def task_runs(flow_run_id: Any) -> dict[str, Any]:
+    """task name -> its (only) task run in a flow run."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            return await client.read_task_runs(flow_run_filter=flow_runs)
+
+    runs = asyncio.run(read())
+    by_name = {r.name.rsplit("-", 1)[0]: r for r in runs}  # run names are <task>-<suffix>
+    assert len(by_name) == len(runs), [r.name for r in runs]
+    return by_name
+
+
+def test_curate_flow_fails_on_validation_without_retrying(prefect_server, tmp_path: Path) -> None:
+    from flows.pipeline import curate_flow
+
+    # every annotation's perception is far shorter than this: all rows fail validation
+    bad = {"validation": {"perception_chars": [5000, 6000]}}
+    overrides = {"run_dir": str(tmp_path / "run"), "curate": {"overrides": bad}}
+    state = curate_flow(preset="tiny", overrides=overrides, return_state=True)
+    assert state.is_failed()
+    tasks = task_runs(state.state_details.flow_run_id)
+    assert set(tasks) == set(CURATION_TASKS[:4]), "the dataset is never built"
+    assert tasks["validate"].state.is_failed()
+    assert tasks["validate"].run_count == 1, "ValidationFailed is not transient: no retry"
+    cfg = load_pipeline_config("tiny", overrides)
+    assert not (cfg.run_dir / "curate" / "validate" / DONE_MARKER).exists()
+    # the failed MLflow stage run still carries the report that says why
+    (validate,) = [r for r in stage_runs(cfg) if r.data.tags["odyssey.stage"] == "validate"]
+    assert validate.info.status == "FAILED"
+    assert validate.data.tags["validation.curate"] == "failed"
+    assert validate.data.metrics["quarantined"] == validate.data.metrics["rows"] == 20
+
+
 @pytest.mark.slow
 def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path: Path) -> None:
     from flows.pipeline import train_odysseus_flow
     from odyssey_core.registry.models import ModelRegistry
 
     overrides = {"run_dir": str(tmp_path / "run")}
-    first = train_odysseus_flow(preset="tiny", overrides=overrides)
+    state = train_odysseus_flow(preset="tiny", overrides=overrides, return_state=True)
+    first = state.result()
     assert first["promote"]["version"] == 1
     assert _artifact_keys() >= {"evaluation-odland-tiny"}, "the report is on the flow run"
+    # one task run per stage, the five curation tasks first
+    tasks = task_runs(state.state_details.flow_run_id)
+    assert set(tasks) == {*CURATION_TASKS, "sft", "rl-train", "evaluate", "promote"}
+    assert all(t.state.is_completed() for t in tasks.values())
+    order = sorted(tasks, key=lambda name: tasks[name].start_time)
+    assert order[:5] == list(CURATION_TASKS)
+    assert first["build-dataset"]["num_samples"] == 20
     cfg = tiny(tmp_path / "run")
     marker = (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns
-    again = train_odysseus_flow(preset="tiny", overrides=overrides)
+    rerun = train_odysseus_flow(preset="tiny", overrides=overrides, return_state=True)
+    again = rerun.result()
     assert again == first
+    # the rerun's tasks all came from Prefect's input cache
+    cached = task_runs(rerun.state_details.flow_run_id)
+    assert {t.state.name for t in cached.values()} == {"Cached"}
     assert (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns == marker
     registry = ModelRegistry(cfg.mlflow_uri)
     name = registry.model_name("odland")
     assert len(registry.client.search_model_versions(f"name='{name}'")) == 1
     parents = [r for r in stage_runs(cfg) if r.data.tags.get("mlflow.parentRunId")]
-    assert len(parents) == 5  # the rerun's stages came from the cache: no new stage runs
+    assert len(parents) == 9  # the rerun's stages came from the cache: no new stage runs
