@@ -132,8 +132,8 @@ def sample_frames_task(
 # The one stage that talks to a teacher API. Its backend already retries 429/5xx/connection
 # errors per request with backoff; what still escapes as a transient error (and store errors
 # while fetching or publishing) is retried here, paying only for frames the teacher's response
-# cache does not hold yet. Frames the teacher gave up on come back as one TeacherError without
-# a cause, which is_transient_error cannot classify, so it is not retried: rerun the flow.
+# cache does not hold yet. Frames the teacher gave up on come back as one TeacherError chained
+# to the first HTTP error: a rate limit or 5xx is retried, a bad key or unknown model is not.
 @task(name="annotate", timeout_seconds=12 * 3600, **_COMMON)
 def annotate_task(
     cfg: PipelineConfig, samples_uri: str, parent_run_id: str | None = None

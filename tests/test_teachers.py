@@ -251,9 +251,13 @@ def test_openai_teacher_survives_a_crash_and_exhausted_retries(sampled, tmp_path
         assert max(stub.hits.values()) == 1  # nothing was asked twice
     with _Stub(faults=("500",) * 10) as stub:
         teacher = _teacher(stub.url, tmp_path / "cache2", max_retries=1)
-        with pytest.raises(TeacherError, match="2 of 2 frames"):
+        with pytest.raises(TeacherError, match="2 of 2 frames") as failed:
             annotate_frames(teacher, frames[:2], root, tmp_path / "failed")
         assert stub.total == 4
+    # the HTTP error rides along as the cause: the pipeline's retry rule calls a 500 transient
+    from tasks.pipeline import is_transient_error
+
+    assert failed.value.__cause__ is not None and is_transient_error(failed.value)
 
 
 @pytest.mark.slow  # builds the tiny checkpoint (shared with the serve tests when run together)

@@ -89,6 +89,8 @@ class TeacherResult:
     annotations: list[Annotation]
     failures: dict[str, str]  # frame hash -> error
     metrics: dict[str, Any]
+    # frame hash -> the exception itself, so a caller can tell a rate limit from a bad key
+    errors: dict[str, BaseException] = field(default_factory=dict)
 
 
 class Teacher(ABC):
@@ -334,14 +336,15 @@ class ProgrammaticTeacher(Teacher):
                 f"{len(missing)} of {len(frames)} frames have no sidecar (sources: "
                 f"{', '.join(sources)}). Use a VLM teacher (teacher: openai) for imported videos."
             )
-        annotations, failures = [], {}
+        annotations, failures, errors = [], {}, {}
         for frame in frames:
             try:
                 annotations.append(self.annotate_one(frame))
             except TeacherRefusal as error:
                 failures[frame.frame_hash] = str(error)
+                errors[frame.frame_hash] = error
         metrics = {"annotated": len(annotations), "refused": len(failures), "requests": 0}
-        return TeacherResult(annotations, failures, metrics)
+        return TeacherResult(annotations, failures, metrics, errors)
 
 
 # ============================================================================== openai teacher
@@ -506,6 +509,7 @@ class OpenAITeacher(Teacher):
         root = Path(frames_root)
         results: dict[str, Annotation] = {}
         failures: dict[str, str] = {}
+        errors: dict[str, BaseException] = {}
         self.policy.reset_metrics()
         bar = tqdm(
             total=len(frames),
@@ -523,6 +527,7 @@ class OpenAITeacher(Teacher):
                     results[frame.frame_hash] = future.result()
                 except OpenAIBackendError as error:  # retries exhausted: others still count
                     failures[frame.frame_hash] = str(error)
+                    errors[frame.frame_hash] = error
                 bar.update(1)
         finally:
             # On a crash, do not start the queued requests; finished ones are cached already.
@@ -546,7 +551,7 @@ class OpenAITeacher(Teacher):
             "cost_usd": round(sum(self._cost(a.usage) for a in fresh), 6),
             "cost_usd_saved_by_cache": round(sum(self._cost(a.usage) for a in cached), 6),
         }
-        return TeacherResult(annotations, failures, metrics)
+        return TeacherResult(annotations, failures, metrics, errors)
 
 
 TEACHERS.register("programmatic", ProgrammaticTeacher)
@@ -599,8 +604,10 @@ def annotate_frames(
     write_json(out / "teacher_metrics.json", metrics)
     if result.failures and not allow_failures:
         first = next(iter(result.failures.values()))
+        # chained, so an orchestrator's retry rule sees whether the cause was transient
+        cause = next(iter(result.errors.values()), None)
         raise TeacherError(
             f"{len(result.failures)} of {len(frames)} frames could not be annotated "
             f"(first error: {first}); the rest are saved, rerun to retry the failed ones"
-        )
+        ) from cause
     return rows, metrics
