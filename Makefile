@@ -11,7 +11,9 @@ BUILD := build
 PACKAGED_ROM := odyssey_core/envs/pyboy/roms/odland.gb
 BUILT_ROM := $(BUILD)/odland.gb
 DEMO_OUT ?= out
-APT_PACKAGES := sdcc
+# sdcc builds the odland ROM; cmake, g++ and make compile the alfworld extra's engines
+# (fast-downward-textworld and jericho ship as source).
+APT_PACKAGES := sdcc cmake g++ make
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.odyssey-installed
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -53,11 +55,13 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# The package and its dev tools, reinstalled when pyproject.toml changes. torch comes first and
-# pinned: that is the CPU build; an unpinned torch would pull a multi-GB CUDA build.
-$(STAMP): pyproject.toml | $(PY)
+# The package, its dev tools and the alfworld extra, reinstalled when pyproject.toml or this
+# Makefile changes (so an existing venv picks up a new install line).
+# torch comes first and pinned: that is the CPU build; an unpinned torch would pull a multi-GB
+# CUDA build. The alfworld extra compiles Fast Downward and Jericho the first time (minutes).
+$(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e '.[dev]'
+	$(PIP) install --quiet -e '.[dev,alfworld]'
 	touch $@
 
 # Rebuild the open ROM from C and fail when it differs from the one the package ships.
