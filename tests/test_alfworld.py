@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -235,3 +236,34 @@ def test_one_gtr_step_on_the_tiny_alfworld_preset(tiny_model_dir: Path, tmp_path
         assert '"subgoal": "take a' in trainer.buffer.examples[0].thought
     finally:
         trainer.close()
+
+
+def test_official_style_ids_and_floor_plans(tmp_path: Path) -> None:
+    """ALFRED writes ids like ``Mug_bar__minus_01_dot_50_bar_...`` and numbers floor plans by
+    room (1-30 kitchens); the demangler and the room lookup handle both."""
+    game = generate_game("pick_clean_then_place_in_recep", 4)
+    assert game.room == "kitchen"
+    game_file = game.write(tmp_path / "official-like" / "trial_T0")
+    data = json.loads(game_file.read_text())
+    problem = data["pddl_problem"]
+    ids = [oid for oid, _, _ in game.objects] + [rid for rid, _ in game.receptacles]
+    for k, old in enumerate(ids):
+        kind = old.split("_bar_")[0]
+        suffix = "_bar_SinkBasin" if old.endswith("SinkBasin") else ""
+        position = f"_bar__minus_0{k % 10}_dot_{k:02d}_bar__plus_00_dot_90"
+        new = f"{kind}{position}{suffix}"
+        problem = re.sub(rf"\b{re.escape(old)}\b", new, problem)
+    data["pddl_problem"] = problem
+    game_file.write_text(json.dumps(data))
+    traj = json.loads((game_file.parent / "traj_data.json").read_text())
+    traj["scene"] = {"floor_plan": "FloorPlan12", "scene_num": 12}
+    (game_file.parent / "traj_data.json").write_text(json.dumps(traj))
+
+    environment = AlfWorldEnv(data_path=tmp_path, task_types=["clean"])
+    try:
+        _, info = environment.reset(seed=0)
+        assert info["room"] == "kitchen" and "sinkbasin 1" in " ".join(info["legal_actions"])
+        rewards, last, won = _play_plan(environment, info)
+        assert won and sum(rewards) == GOAL_REWARD + SUBGOAL_REWARD * len(last["subgoals"])
+    finally:
+        environment.close()

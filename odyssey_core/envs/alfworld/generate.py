@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -292,11 +293,18 @@ class HouseholdGame:
         """Write the three files into ``folder``; returns the path of ``game.tw-pddl``."""
         out = Path(folder)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "initial_state.pddl").write_text(self.problem_pddl())
-        (out / "traj_data.json").write_text(json.dumps(self.traj_data(), indent=1))
-        game_file = out / "game.tw-pddl"
-        game_file.write_text(json.dumps(self.game_data(walkthrough)))
+        _write_atomically(out / "initial_state.pddl", self.problem_pddl())
+        _write_atomically(out / "traj_data.json", json.dumps(self.traj_data(), indent=1))
+        game_file = out / "game.tw-pddl"  # last: its presence means the folder is complete
+        _write_atomically(game_file, json.dumps(self.game_data(walkthrough)))
         return game_file
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Write then rename, so envs sharing a game folder never read a half-written file."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def alfworld_data_files() -> tuple[Path, Path]:
@@ -459,7 +467,3 @@ def main(argv: Sequence[str] | None = None) -> None:
         solve=not args.no_solve,
     )
     print(f"wrote {len(files)} games under {args.out_dir}")
-
-
-if __name__ == "__main__":
-    main()
