@@ -61,7 +61,6 @@ class EngineSnapshot:
     facts: tuple[Fact, ...]  # (predicate, argument names), names as the commands use them
     won: bool
     expert_plan: tuple[str, ...]  # empty when not requested or when no plan exists
-    moved: bool  # the command changed the state (False on reset)
 
 
 class TextWorldEngine:
@@ -95,11 +94,11 @@ class TextWorldEngine:
     def reset(self) -> EngineSnapshot:
         if self.game_file is None:
             raise RuntimeError("load a game first")
-        return self._snapshot(self._env.reset(), moved=False)
+        return self._snapshot(self._env.reset())
 
     def step(self, command: str) -> EngineSnapshot:
         state, _, _ = self._env.step(command)
-        return self._snapshot(state, moved=state.get("_last_action") is not None)
+        return self._snapshot(state)
 
     def close(self) -> None:
         # The library copy is dropped, not dlclose()d: unloading Fast Downward and loading a
@@ -108,7 +107,7 @@ class TextWorldEngine:
         self.game_file = None
 
     @staticmethod
-    def _snapshot(state: Any, *, moved: bool) -> EngineSnapshot:
+    def _snapshot(state: Any) -> EngineSnapshot:
         facts = tuple(
             sorted(
                 (fact.name, tuple(arg.name.strip() for arg in fact.arguments))
@@ -122,7 +121,6 @@ class TextWorldEngine:
             facts=facts,
             won=bool(state["won"]),
             expert_plan=tuple(plan),
-            moved=moved,
         )
 
 

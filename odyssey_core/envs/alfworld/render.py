@@ -47,8 +47,11 @@ _KIND_COLORS = {
 _SURFACE = (205, 175, 135)  # tables, countertops and anything else
 
 
+Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+
+
 @lru_cache(maxsize=16)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+def _font(size: int) -> Font:
     for name in ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf"):
         try:
             return ImageFont.truetype(name, size)
@@ -60,7 +63,7 @@ def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
         return ImageFont.load_default()
 
 
-def _fitted_font(draw: ImageDraw.ImageDraw, text: str, width: float, size: int) -> ImageFont:
+def _fitted_font(draw: ImageDraw.ImageDraw, text: str, width: float, size: int) -> Font:
     """The largest font (down to 7 px) in which ``text`` fits ``width``."""
     while size > 7 and draw.textlength(text, font=_font(size)) > width:
         size -= 1
