@@ -20,8 +20,14 @@ COPY prefect.yaml ./
 # (infra/k8s-work-pool.json), e.g.:
 #   docker build --build-arg TORCH_SPEC="torch==2.13.0 --index-url \
 #     https://download.pytorch.org/whl/cu128" -t odyssey:cuda .
+# EXTRAS adds optional extras, e.g. --build-arg EXTRAS=alfworld,deepspeed; alfworld compiles
+# its planners from source, so the compilers come along only when extras are asked for.
 ARG TORCH_SPEC=torch==2.13.0
-RUN pip install --upgrade pip && pip install $TORCH_SPEC && pip install .
+ARG EXTRAS=""
+RUN if [ -n "$EXTRAS" ]; then apt-get update \
+      && apt-get install -y --no-install-recommends g++ cmake make \
+      && rm -rf /var/lib/apt/lists/*; fi
+RUN pip install --upgrade pip && pip install $TORCH_SPEC && pip install ".${EXTRAS:+[$EXTRAS]}"
 
 # Presets are looked up here when the package is installed outside the repository.
 ENV ODYSSEY_CONFIG_DIR=/opt/odyssey/configs \
