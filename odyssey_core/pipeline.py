@@ -198,11 +198,23 @@ def _store(cfg: PipelineConfig, stage: str | None = None) -> Any:
 
 
 def _fetch(cfg: PipelineConfig, uri: str, dest: Path) -> Path:
-    """A local copy of a store folder; reused when a previous attempt already fetched it."""
-    if dest.is_dir() and any(dest.iterdir()):
-        return dest
-    store = _store(cfg)
-    return store.get_dir(store.key_for(uri), dest, overwrite=True)
+    """A local copy of a store folder; reused when a previous attempt already fetched the same
+    publication of it, fetched again when the folder was republished since."""
+    return _fetch_input(cfg, uri, _publication(cfg, uri), dest)
+
+
+def _training_dir(work: Path, key: str) -> Path:
+    """``work/train`` for the inputs fingerprinted by ``key``. A retry with the same inputs
+    resumes from the checkpoints there; other inputs (a new dataset or SFT model, another
+    preset) start from scratch instead of resuming a run that trained on something else."""
+    train = work / "train"
+    stamp = work / ".train-inputs"
+    if stamp.is_file() and stamp.read_text() != key:
+        log.info("%s: inputs changed, not resuming the previous training run", work.name)
+        shutil.rmtree(train, ignore_errors=True)
+    train.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
+    return train
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
@@ -581,7 +593,12 @@ def stage_sft(
 
         # resume=True: a retried or resumed run picks up the latest SFT checkpoint
         result = run_sft(
-            settings, dataset, base, work / "train", resume=True, callbacks=[on_metrics]
+            settings,
+            dataset,
+            base,
+            _training_dir(work, key),
+            resume=True,
+            callbacks=[on_metrics],
         )
         final = {"steps": float(result.steps)}
         for name in ("train_loss", "eval_loss"):
@@ -604,7 +621,10 @@ def stage_rl(
     from odyssey_core.rl.trainer import RLTrainer
 
     work = cfg.stage_dir("rl")
-    key = fingerprint("rl", cfg.run_key, cfg.rl.model_dump(mode="json"), model_uri)
+    # the SFT model's publication too: a retrained SFT model (same URI) trains RL again
+    key = fingerprint(
+        "rl", cfg.run_key, cfg.rl.model_dump(mode="json"), _inputs(cfg, model=model_uri)
+    )
     if (done := _finished(work, key)) is not None:
         return done
     sft_model = _fetch(cfg, model_uri, work / "sft-model")
@@ -615,20 +635,20 @@ def stage_rl(
         def on_step(step: int, metrics: dict[str, float]) -> None:
             run.log_metrics(_numeric(metrics), step=step)
 
-        trainer = RLTrainer.from_settings(
-            settings, work / "train", resume=True, callbacks=[on_step]
-        )
+        train_dir = _training_dir(work, key)
+        trainer = RLTrainer.from_settings(settings, train_dir, resume=True, callbacks=[on_step])
         try:
             trainer.train()
             steps = trainer.step
         finally:
             trainer.close()
-        checkpoint = latest_checkpoint(work / "train")
+        checkpoint = latest_checkpoint(train_dir)
         if checkpoint is None:
-            raise RuntimeError(f"RL finished without a checkpoint under {work / 'train'}")
-        # the policy folder is what an hf: agent (and the registry) needs; the optimizer state
-        # stays local for resuming
-        uri = _store(cfg, "rl").put_dir(policy_dir(checkpoint), "checkpoint")
+            raise RuntimeError(f"RL finished without a checkpoint under {train_dir}")
+        # The policy folder is what an hf: agent (and the registry) needs; the optimizer state
+        # stays local for resuming. Its key names the inputs, so a registered version keeps
+        # pointing at the weights it was gated on when a later run of this pipeline trains anew.
+        uri = _store(cfg, "rl").put_dir(policy_dir(checkpoint), f"checkpoint-{key[:12]}")
         run.log_artifact_ref("checkpoint", uri)
         run.log_metrics({"steps": float(steps)})
         outputs = {"checkpoint_uri": uri, "steps": steps, "checkpoint": checkpoint.name}
@@ -687,7 +707,12 @@ def stage_evaluate(
 ) -> dict[str, Any]:
     """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean."""
     work = cfg.stage_dir("evaluate")
-    key = fingerprint("evaluate", cfg.run_key, cfg.eval.model_dump(mode="json"), checkpoint_uri)
+    key = fingerprint(
+        "evaluate",
+        cfg.run_key,
+        cfg.eval.model_dump(mode="json"),
+        _inputs(cfg, checkpoint=checkpoint_uri),
+    )
     if (done := _finished(work, key)) is not None:
         return done
     params = cfg.eval.model_dump(mode="json")
@@ -731,18 +756,20 @@ def stage_promote(
     from odyssey_core.registry.models import ModelRegistry
 
     work = cfg.stage_dir("promote")
+    candidate_scores = _read_scores(cfg, evaluation, work / "candidate-scores.json")
+    # The scores themselves, not their URI: a re-evaluation publishes under the same key. The
+    # checkpoint's URI already names the inputs it was trained on (see stage_rl).
     key = fingerprint(
         "promote",
         cfg.run_key,
         cfg.eval.model_dump(mode="json"),
         cfg.promotion.model_dump(mode="json"),
         checkpoint_uri,
-        evaluation.get("scores_uri"),
         base_model_uri,
+        candidate_scores,
     )
     if (done := _finished(work, key)) is not None:
         return done
-    candidate_scores = _read_scores(cfg, evaluation, work / "candidate-scores.json")
     registry = ModelRegistry(cfg.mlflow_uri)
     with make_tracker(cfg).stage_run("promote", parent_run_id=parent_run_id) as run:
         champion = registry.champion(cfg.game)

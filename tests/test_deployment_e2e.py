@@ -188,8 +188,11 @@ def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None
     assert mv.source.startswith(store_root.as_uri() + "/")
     store = open_store(cfg.store_uri)
     prefix = f"runs/{cfg.run_key}"
-    for key in ("curate/dataset", "sft/model", "sft/base-model", "rl/checkpoint"):
+    for key in ("curate/dataset", "sft/model", "sft/base-model"):
         assert store.read_manifest(f"{prefix}/{key}").files, key
-    assert store.exists(store.key_for(mv.source))
+    # the registered checkpoint lives under a key of its own run's inputs: immutable
+    checkpoint_key = store.key_for(mv.source)
+    assert checkpoint_key.startswith(f"{prefix}/rl/checkpoint-")
+    assert store.read_manifest(checkpoint_key).files
     assert store.exists(f"{prefix}/evaluate/scores.json")
-    assert (store_root / prefix / "rl" / "checkpoint").is_dir()
+    assert (store_root / checkpoint_key).is_dir()

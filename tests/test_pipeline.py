@@ -161,6 +161,20 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
     assert rerun == {"curate/annotate", "curate/validate", "curate/build-dataset"}
     assert len(stage_runs(cfg)) == 9 + 1 + 3  # the evaluate above, then three curation runs
 
+    # a retrained SFT model (same URI, new publication) trains RL from scratch, not resumed
+    # from the old run's checkpoint, and publishes under a new key: version 1 keeps its weights
+    sft_dir = cfg.run_dir / "sft"
+    (sft_dir / DONE_MARKER).unlink()
+    sft_again = stage_sft(cfg, first["curate"]["dataset_uri"])
+    assert sft_again["model_uri"] == first["sft"]["model_uri"]
+    old_checkpoint = store.read_manifest(store.key_for(first["rl"]["checkpoint_uri"]))
+    state = cfg.run_dir / "rl" / "train" / "checkpoints" / "step-000001" / "trainer_state.pt"
+    old_state = state.stat().st_mtime_ns
+    rl_again = stage_rl(cfg, sft_again["model_uri"])
+    assert rl_again["checkpoint_uri"] != first["rl"]["checkpoint_uri"]
+    assert rl_again["steps"] == 1 and state.stat().st_mtime_ns != old_state  # trained anew
+    assert store.read_manifest(store.key_for(mv.source)) == old_checkpoint
+
 
 def _fake_eval(scores_by_label: dict[str, list[float]]):
     def fake(cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path) -> dict[str, Any]:
