@@ -68,7 +68,7 @@ def test_presets_load_and_name_the_registered_model() -> None:
 
 
 def test_collapse_metrics_read_the_gtr_answer_format() -> None:
-    from odyssey_core.gtr.evaluation import gtr_collapse_metrics
+    from odyssey_core.gtr.evaluation import action_words, gtr_collapse_metrics
 
     legal = ["+", "-"]
     texts = [
@@ -84,6 +84,15 @@ def test_collapse_metrics_read_the_gtr_answer_format() -> None:
     assert m["duplicate_share"] == pytest.approx(2 / 4)  # the same thought for f1 and f2
     with pytest.raises(ValueError):
         gtr_collapse_metrics(texts, ["f1"], [legal] * 4)
+    # the corrector's way of naming an operator, in quotes, counts; a quoted formula does not
+    said = '"thoughts": "3 is above 2, so I press \'-\'.",\n"action": "-"'
+    formula = '"thoughts": "it can become \'10+2\', next is \'10\'",\n"action": "+"'
+    quoted = gtr_collapse_metrics([said, formula], ["f1", "f2"], [legal, ["10", "2", "+", "="]])
+    assert quoted.metrics["agreement"] == 0.5
+    # numbers and one-word actions name themselves; a phrase by its content words
+    assert action_words("10") == ("10",) and action_words("stand") == ("stand",)
+    assert action_words("go to fridge 1") == ("fridge",)
+    assert action_words("take apple 1 from countertop 2") == ("take", "apple", "countertop")
 
 
 def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None:
@@ -138,6 +147,21 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     more = small(tmp_path / "run", eval={"episodes": 5, "n_envs": 2})
     assert stage_gtr_evaluate(more, first["train"]["checkpoint_uri"])["episodes"] == 5
     assert stage_gtr_train(more) == first["train"]
+
+
+def test_a_lora_run_publishes_a_merged_model(tmp_path: Path) -> None:
+    """The points24 preset trains LoRA: the published checkpoint must load without PEFT."""
+    from odyssey_core.models.loading import load_model
+    from odyssey_core.registry.artifacts import open_store
+
+    lora = {"r": 4, "alpha": 8, "dropout": 0.0, "include_vision": False}
+    cfg = small(tmp_path / "run", train={"overrides": {"steps": 1, "lora": lora}})
+    out = stage_gtr_train(cfg)
+    store = open_store(cfg.store_uri)
+    model_dir = store.get_dir(store.key_for(out["checkpoint_uri"]), tmp_path / "model")
+    assert not (model_dir / "adapter_config.json").exists()
+    assert (model_dir / "config.json").is_file()
+    load_model(model_dir)  # a plain checkpoint
 
 
 def _fake_eval(scores_by_label: dict[str, list[float]]):

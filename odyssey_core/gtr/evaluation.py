@@ -8,13 +8,14 @@ return is the env's own reward: no format bonus and no corrector (neither exists
 
 :func:`gtr_collapse_metrics` feeds :mod:`odyssey_core.eval.collapse` answers in the GTR
 format (a thought, then ``"action": ...``): the thought is the reasoning and the action the one
-"button", named in words by :data:`CARD_ACTION_WORDS` (``+`` is "plus", "add", ...; numbers and
+"button", named in words by :func:`action_words` (``+`` is "plus", "add", ...; numbers and
 ``hit``/``stand`` name themselves).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics
+from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics, tokens
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.protocol.parsing import ParsedResponse
@@ -30,6 +31,7 @@ from odyssey_core.protocol.parsing import ParsedResponse
 __all__ = [
     "CARD_ACTION_WORDS",
     "GTREvaluation",
+    "action_words",
     "evaluate_gtr_policy",
     "gtr_collapse_metrics",
     "load_gtr_policy",
@@ -47,8 +49,34 @@ CARD_ACTION_WORDS: dict[str, tuple[str, ...]] = {
 }
 
 
+_FILLER = frozenset({"the", "from", "with", "into", "onto", "and"})
+# A lone operator in quotes ("so I press '-'", "the next step is '+'") names that action; the
+# token-based monitor cannot see symbols, so it is spelled as its first word. A quoted formula
+# ('10+2') is left alone: its operators are not the action.
+_QUOTED_SYMBOL = re.compile(r"""["'‘’“”]\s*([-+*/()=])\s*["'‘’“”]""")
+
+
+def _spell_symbols(thought: str | None) -> str | None:
+    if thought is None:
+        return None
+    return _QUOTED_SYMBOL.sub(lambda m: f" {CARD_ACTION_WORDS[m.group(1)][0]} ", thought)
+
+
+def action_words(action: str) -> tuple[str, ...]:
+    """The words that name ``action`` in a thought: :data:`CARD_ACTION_WORDS` for operators, the
+    action itself for a one-word action (``10``, ``hit``), and for a phrase (ALFWorld's ``go to
+    fridge 1``) its content words (``fridge``; numbers and fillers dropped)."""
+    if action in CARD_ACTION_WORDS:
+        return CARD_ACTION_WORDS[action]
+    words = tokens(action)
+    if len(words) <= 1:
+        return tuple(words) or (action.lower(),)
+    content = tuple(w for w in words if len(w) > 2 and not w.isdigit() and w not in _FILLER)
+    return content or tuple(words)
+
+
 def _words(legal: Sequence[str]) -> dict[str, tuple[str, ...]]:
-    return {a: CARD_ACTION_WORDS.get(a, (a.lower(),)) for a in legal}
+    return {a: action_words(a) for a in legal}
 
 
 def gtr_collapse_metrics(
@@ -69,7 +97,7 @@ def gtr_collapse_metrics(
             ParsedResponse(
                 buttons=(answer.action,) if answer.valid and answer.action is not None else (),
                 valid=answer.valid,
-                reasoning=answer.thought,
+                reasoning=_spell_symbols(answer.thought),
                 error=answer.error,
             )
         )
@@ -88,6 +116,7 @@ class GTREvaluation:
     invalid_turns: int
     collapse: CollapseReport
     seeds: list[int] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)  # every answer, in the order played
 
     @staticmethod
     def _mean_se(values: Sequence[float]) -> tuple[float, float]:
@@ -221,4 +250,5 @@ def evaluate_gtr_policy(
         invalid_turns=invalid,
         collapse=report,
         seeds=[seeds[k] for k in order],
+        answers=texts,
     )
