@@ -22,18 +22,21 @@ export GX_ANALYTICS_ENABLED := false
 
 .PHONY: demo test setup system-deps rom rom-check rom-update lint format bench clean
 
-# The search expert finishes odland 1-1 on video, then the whole Odysseus pipeline runs at toy
-# size as the train-odysseus Prefect flow: curate -> SFT -> RL -> evaluate -> promote.
+# The search expert finishes odland 1-1 on video, then the whole Odysseus pipeline runs as the
+# train-odysseus Prefect flow on configs/pipeline/demo.yaml: curate -> SFT -> RL -> evaluate ->
+# promote, sized so that the tiny model learns enough on a CPU to become the first champion.
+DEMO_PRESET ?= demo
+DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
 demo: setup
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
 	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
-	  $(PY) -m flows.pipeline
+	  $(PY) -m flows.pipeline --preset $(DEMO_PRESET)
 	@echo
 	@echo "Where to look:"
 	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"
-	@echo "  pipeline run:    out/pipeline/odland-tiny/ (stage folders, artifacts/, evaluate/ report)"
-	@echo "  MLflow UI:       $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///out/pipeline/odland-tiny/mlflow.db"
-	@echo "  model registry:  $(VENV)/bin/odyssey registry --tracking-uri sqlite:///out/pipeline/odland-tiny/mlflow.db list"
+	@echo "  pipeline run:    $(DEMO_RUN)/ (stage folders, artifacts/, evaluate/ report)"
+	@echo "  MLflow UI:       $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(DEMO_RUN)/mlflow.db"
+	@echo "  model registry:  $(VENV)/bin/odyssey registry --tracking-uri sqlite:///$(DEMO_RUN)/mlflow.db list"
 
 test: setup rom-check lint
 	$(PY) -m pytest
@@ -55,13 +58,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# The package, its dev tools and the alfworld extra, reinstalled when pyproject.toml or this
-# Makefile changes (so an existing venv picks up a new install line).
+# The package, its dev tools and the alfworld and deepspeed extras, reinstalled when
+# pyproject.toml or this Makefile changes (so an existing venv picks up a new install line).
+# DeepSpeed is pure Python on the CPU; the tests run its ZeRO-2 path single-process on gloo.
 # torch comes first and pinned: that is the CPU build; an unpinned torch would pull a multi-GB
 # CUDA build. The alfworld extra compiles Fast Downward and Jericho the first time (minutes).
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e '.[dev,alfworld]'
+	$(PIP) install --quiet -e '.[dev,alfworld,deepspeed]'
 	touch $@
 
 # Rebuild the open ROM from C and fail when it differs from the one the package ships.

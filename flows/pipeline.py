@@ -131,4 +131,8 @@ def train_odysseus_flow(
 
 
 if __name__ == "__main__":
-    train_odysseus_flow()
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Run the train-odysseus flow on a preset.")
+    parser.add_argument("--preset", default="tiny", help="a name under configs/pipeline/ or a path")
+    train_odysseus_flow(preset=parser.parse_args().preset)

@@ -217,6 +217,20 @@ def _training_dir(work: Path, key: str) -> Path:
     return train
 
 
+def _step_bar(desc: str, total: int | None = None) -> Any:
+    """A per-step progress bar for the long stages; shown on a terminal only (disable=None),
+    so logs and CI stay clean."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", disable=None)
+
+
+def _advance(bar: Any, step: int, **postfix: float) -> None:
+    bar.update(max(0, step - bar.n))
+    if postfix:
+        bar.set_postfix({k: f"{v:.3g}" for k, v in postfix.items()}, refresh=False)
+
+
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     out = {}
     for key, value in metrics.items():
@@ -587,19 +601,24 @@ def stage_sft(
 
                 build_tiny_model(base, seed=0)
 
+        bar = _step_bar("sft")
+
         def on_metrics(metrics: dict[str, Any]) -> None:
             step = metrics.get("step")
             run.log_metrics(_numeric(metrics), step=int(step) if step is not None else None)
+            if step is not None and "loss" in metrics:
+                _advance(bar, int(step), loss=float(metrics["loss"]))
 
         # resume=True: a retried or resumed run picks up the latest SFT checkpoint
-        result = run_sft(
-            settings,
-            dataset,
-            base,
-            _training_dir(work, key),
-            resume=True,
-            callbacks=[on_metrics],
-        )
+        with bar:
+            result = run_sft(
+                settings,
+                dataset,
+                base,
+                _training_dir(work, key),
+                resume=True,
+                callbacks=[on_metrics],
+            )
         final = {"steps": float(result.steps)}
         for name in ("train_loss", "eval_loss"):
             if getattr(result, name) is not None:
@@ -631,14 +650,18 @@ def stage_rl(
     overrides = deep_merge(cfg.rl.overrides, {"model": {"path": str(sft_model.resolve())}})
     settings = load_train_settings(_rl_preset_path(cfg.rl.preset), overrides)
     with make_tracker(cfg).stage_run("rl", parent_run_id=parent_run_id, params=settings) as run:
+        bar = _step_bar("rl", settings.steps)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             run.log_metrics(_numeric(metrics), step=step)
+            progress = metrics.get("all/progress_mean", float("nan"))
+            _advance(bar, step, progress=progress)
 
         train_dir = _training_dir(work, key)
         trainer = RLTrainer.from_settings(settings, train_dir, resume=True, callbacks=[on_step])
         try:
-            trainer.train()
+            with bar:
+                trainer.train()
             steps = trainer.step
         finally:
             trainer.close()
