@@ -67,6 +67,9 @@ def test_presets_load() -> None:
     assert paper.store_uri.startswith("file://") and paper.mlflow_uri.startswith("sqlite:///")
     with pytest.raises(ValueError):
         load_pipeline_config("tiny", {"typo": 1})
+    # `make demo` prints where this preset's run lives: out/pipeline/odland-<preset>
+    demo = load_pipeline_config("demo")
+    assert demo.run_dir == Path("out/pipeline/odland-demo") and demo.sft.overrides["max_steps"]
 
 
 def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
