@@ -14,6 +14,7 @@ import model_fixtures
 import pytest
 import torch
 import yaml
+from helpers_dist import single_process_dist_env
 
 from odyssey_core.models.loading import load_model
 from odyssey_core.rl.advantages import ESTIMATORS
@@ -223,20 +224,7 @@ def test_deepspeed_zero2_update_matches_plain_on_cpu(tmp_path: Path, tiny_model_
     zero2 = ROOT / "configs" / "deepspeed" / "zero2.json"
     plain = small_preset(tmp_path, tiny_model_dir, steps=1)
     ds = small_preset(tmp_path, tiny_model_dir, "ds.yaml", steps=1, deepspeed=str(zero2))
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "RANK": "0",
-        "LOCAL_RANK": "0",
-        "WORLD_SIZE": "1",
-    }
+    env = single_process_dist_env()
     done = subprocess.run(
         [sys.executable, "-c", _DEEPSPEED_SCRIPT, str(tmp_path), str(plain), str(ds)],
         cwd=ROOT,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -63,12 +62,6 @@ class AlfWorldCorrector(Corrector):
     """Ground-truth corrections for ALFWorld from the env's info and the planner's plan."""
 
     source = "alfworld_programmatic"
-
-    def __init__(self) -> None:
-        self._counts: Counter[str] = Counter()
-
-    def metrics(self) -> dict[str, int]:
-        return dict(self._counts)
 
     def correct(
         self,

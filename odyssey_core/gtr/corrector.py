@@ -79,6 +79,9 @@ class Corrector(ABC):
 
     source: str = ""
 
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()  # what metrics() reports
+
     @abstractmethod
     def correct(
         self,
@@ -99,7 +102,7 @@ class Corrector(ABC):
         return self.correct(observation, thought, parsed.action, info)
 
     def metrics(self) -> dict[str, int]:
-        return {}
+        return dict(self._counts)
 
 
 # ------------------------------------------------------------------------ reading the thought
@@ -164,12 +167,6 @@ class ProgrammaticCorrector(Corrector):
     """Ground-truth corrections from the env's privileged state and the exact solver."""
 
     source = "programmatic"
-
-    def __init__(self) -> None:
-        self._counts: Counter[str] = Counter()
-
-    def metrics(self) -> dict[str, int]:
-        return dict(self._counts)
 
     def correct(
         self,
@@ -511,6 +508,7 @@ class OpenAICorrector(Corrector):
     ) -> None:
         from odyssey_core.policy.openai_backend import OpenAIPolicy
 
+        super().__init__()
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
@@ -528,7 +526,6 @@ class OpenAICorrector(Corrector):
             sleep=sleep,
             concurrency=1,
         )
-        self._counts: Counter[str] = Counter()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self._http.base_url!r})"
