@@ -1,4 +1,4 @@
-"""Evaluation of a GTR policy on a card env, and the thought-collapse metrics in GTR's format.
+"""Evaluation of a GTR policy (card games, ALFWorld), and thought-collapse metrics in GTR's format.
 
 :func:`evaluate_gtr_policy` plays ``episodes`` episodes with fixed seeds (``seed``,
 ``seed + 1``, ...), so two models evaluated with the same arguments see the same deals (the
@@ -161,13 +161,14 @@ def load_gtr_policy(
     dtype: str = "float32",
     device: str = "cpu",
 ) -> Any:
-    """An :class:`HFPolicy` on a plain model folder, with the card game's system prompt."""
-    from odyssey_core.gtr.prompts import cards_system_prompt
+    """An :class:`HFPolicy` on a plain model folder, with the system prompt GTR trains that env
+    with (a card game's, or ALFWorld's)."""
+    from odyssey_core.gtr.trainer import gtr_system_prompt  # here: the trainer imports us
     from odyssey_core.policy.hf import HFPolicy
 
     policy = HFPolicy(
         Path(model_dir),
-        system_prompt=cards_system_prompt(env_name),
+        system_prompt=gtr_system_prompt(env_name),
         image_size=image_size,
         image_scale=image_scale,
         dtype=dtype,
