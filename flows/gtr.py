@@ -20,7 +20,7 @@ def train_gtr_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None
     """Train (configs/gtr_pipeline/<preset>.yaml), evaluate, register and gate."""
     cfg = load_gtr_pipeline_config(preset, overrides)
     results: dict[str, dict[str, Any]] = {}
-    with _flow_run(cfg, "train-gtr") as parent:  # reads only the run fields of cfg
+    with _flow_run(cfg, "train-gtr") as parent:
         results["train"] = gtr_train_task(cfg, parent_run_id=parent)
         checkpoint = results["train"]["checkpoint_uri"]
         results["evaluate"] = gtr_evaluate_task(cfg, checkpoint, parent_run_id=parent)

@@ -12,7 +12,13 @@ from typing import Any
 
 from prefect import flow
 
-from odyssey_core.pipeline import STAGES, PipelineConfig, load_pipeline_config, make_tracker
+from odyssey_core.pipeline import (
+    STAGES,
+    PipelineConfig,
+    RunConfig,
+    load_pipeline_config,
+    make_tracker,
+)
 from tasks.pipeline import (
     annotate_task,
     build_dataset_task,
@@ -39,7 +45,7 @@ def results_table(results: dict[str, dict[str, Any]]) -> str:
 
 
 @contextmanager
-def _flow_run(cfg: PipelineConfig, flow_name: str) -> Iterator[str]:
+def _flow_run(cfg: RunConfig, flow_name: str) -> Iterator[str]:
     """An MLflow parent run for this flow run; the stages nest under it."""
     tracker = make_tracker(cfg)
     with tracker.run(f"{flow_name}:{cfg.run_key}", params=cfg.model_dump(mode="json")) as run:

@@ -36,6 +36,7 @@ __all__ = [
     "DONE_MARKER",
     "STAGES",
     "PipelineConfig",
+    "RunConfig",
     "evaluate_checkpoint",
     "load_pipeline_config",
     "make_tracker",
@@ -95,8 +96,9 @@ class PromotionStage(_Model):
     )
 
 
-class PipelineConfig(_Model):
-    """One pipeline run (``configs/pipeline/*.yaml``)."""
+class RunConfig(_Model):
+    """Where one pipeline run lives: its folder, artifact store, MLflow tracking and experiment.
+    Every pipeline config (this module's, GTR's) extends it; the stage helpers read only these."""
 
     name: str = "tiny"
     game: str = "odland"
@@ -105,11 +107,6 @@ class PipelineConfig(_Model):
     artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
     tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
     experiment: str = "odyssey/train_odysseus"
-    curate: StagePreset = StagePreset()
-    sft: SFTStage = SFTStage()
-    rl: StagePreset = StagePreset()
-    eval: EvalStage = EvalStage()
-    promotion: PromotionStage = PromotionStage()
 
     @property
     def run_key(self) -> str:
@@ -127,6 +124,16 @@ class PipelineConfig(_Model):
         path = self.run_dir / stage
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+class PipelineConfig(RunConfig):
+    """One Odysseus pipeline run (``configs/pipeline/*.yaml``)."""
+
+    curate: StagePreset = StagePreset()
+    sft: SFTStage = SFTStage()
+    rl: StagePreset = StagePreset()
+    eval: EvalStage = EvalStage()
+    promotion: PromotionStage = PromotionStage()
 
 
 def load_pipeline_config(
@@ -182,7 +189,7 @@ def _mark_done(
 # -- shared helpers -----------------------------------------------------------------------------
 
 
-def make_tracker(cfg: PipelineConfig) -> Any:
+def make_tracker(cfg: RunConfig) -> Any:
     """The run's MLflow experiment; its artifacts go under the run folder, not ./mlruns."""
     from odyssey_core.registry.tracking import Tracker
 
@@ -190,14 +197,14 @@ def make_tracker(cfg: PipelineConfig) -> Any:
     return Tracker(cfg.mlflow_uri, cfg.experiment, artifact_location=location)
 
 
-def _store(cfg: PipelineConfig, stage: str | None = None) -> Any:
+def _store(cfg: RunConfig, stage: str | None = None) -> Any:
     from odyssey_core.registry.artifacts import open_store
 
     store = open_store(cfg.store_uri)
     return store if stage is None else store.for_run(cfg.run_key, stage)
 
 
-def _fetch(cfg: PipelineConfig, uri: str, dest: Path) -> Path:
+def _fetch(cfg: RunConfig, uri: str, dest: Path) -> Path:
     """A local copy of a store folder; reused when a previous attempt already fetched the same
     publication of it, fetched again when the folder was republished since."""
     return _fetch_input(cfg, uri, _publication(cfg, uri), dest)
@@ -273,7 +280,7 @@ def _section(config: Any, *names: str) -> dict[str, Any]:
     return {name: dump[name] for name in names} if names else dump
 
 
-def _publication(cfg: PipelineConfig, uri: str) -> str:
+def _publication(cfg: RunConfig, uri: str) -> str:
     """Which publication of a store folder ``uri`` holds: its manifest (written last, with the
     upload time). A stage's URI is the same on every rerun, so fingerprints take this as well:
     when an upstream stage reruns, everything downstream of it reruns too."""
@@ -282,7 +289,7 @@ def _publication(cfg: PipelineConfig, uri: str) -> str:
     return fingerprint(manifest.created_at, [(f.path, f.sha256) for f in manifest.files])
 
 
-def _fetch_input(cfg: PipelineConfig, uri: str, publication: str, dest: Path) -> Path:
+def _fetch_input(cfg: RunConfig, uri: str, publication: str, dest: Path) -> Path:
     """A local copy of the current publication of ``uri``; a copy of an older one (a previous
     run of the upstream stage) is replaced rather than reused."""
     stamp = dest.with_name(f".{dest.name}.publication")
@@ -295,7 +302,7 @@ def _fetch_input(cfg: PipelineConfig, uri: str, publication: str, dest: Path) ->
     return dest
 
 
-def _inputs(cfg: PipelineConfig, **uris: str) -> dict[str, tuple[str, str]]:
+def _inputs(cfg: RunConfig, **uris: str) -> dict[str, tuple[str, str]]:
     """name -> (uri, publication) for a stage's store inputs."""
     return {name: (uri, _publication(cfg, uri)) for name, uri in uris.items()}
 

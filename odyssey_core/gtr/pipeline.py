@@ -35,8 +35,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from odyssey_core.config import load_preset
-from odyssey_core.pipeline import _fetch, _finished, _mark_done, _numeric, _store, fingerprint
-from odyssey_core.pipeline import make_tracker as _make_tracker
+from odyssey_core.pipeline import (
+    RunConfig,
+    _fetch,
+    _finished,
+    _mark_done,
+    _numeric,
+    _store,
+    fingerprint,
+    make_tracker,
+)
 
 __all__ = [
     "GTRPipelineConfig",
@@ -85,37 +93,16 @@ class GTRPromotionStage(_Model):
     alpha: float | None = Field(default=None, gt=0, lt=1)
 
 
-class GTRPipelineConfig(_Model):
-    """One GTR pipeline run (``configs/gtr_pipeline/*.yaml``). The run fields mirror
-    :class:`odyssey_core.pipeline.PipelineConfig`, whose helpers read them."""
+class GTRPipelineConfig(RunConfig):
+    """One GTR pipeline run (``configs/gtr_pipeline/*.yaml``)."""
 
     name: str = "gtr-tiny"
     game: str = Field(default="gtr-numberline", description="registered model <prefix>-<game>")
     run_dir: Path = Path("out/gtr/tiny")
-    run_id: str | None = Field(default=None, description="artifact-store prefix; default: name")
-    artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
-    tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
     experiment: str = "odyssey/train_gtr"
     train: GTRTrainStage = GTRTrainStage()
     eval: GTREvalStage = GTREvalStage()
     promotion: GTRPromotionStage = GTRPromotionStage()
-
-    @property
-    def run_key(self) -> str:
-        return self.run_id or self.name
-
-    @property
-    def store_uri(self) -> str:
-        return self.artifact_uri or (self.run_dir.resolve() / "artifacts").as_uri()
-
-    @property
-    def mlflow_uri(self) -> str:
-        return self.tracking_uri or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
-
-    def stage_dir(self, stage: str) -> Path:
-        path = self.run_dir / stage
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
 
 def load_gtr_pipeline_config(
@@ -125,11 +112,6 @@ def load_gtr_pipeline_config(
     return load_preset(
         GTRPipelineConfig, preset, dict(overrides or {}), kind="gtr_pipeline", what="GTR pipeline"
     )
-
-
-def make_tracker(cfg: GTRPipelineConfig) -> Any:
-    """The run's MLflow experiment (:func:`odyssey_core.pipeline.make_tracker`)."""
-    return _make_tracker(cfg)  # duck-typed: reads only the run fields
 
 
 def _train_settings(cfg: GTRPipelineConfig) -> Any:
