@@ -14,6 +14,11 @@ Python process, in interleaved rounds (direct, flow, flow, direct, ...):
 The timed span is the pipeline call inside the child (imports and interpreter start are
 excluded and reported apart as process wall time). Prints the medians and the ratio
 flow/direct with PASS when it is at most ``--target``. Not a test: it takes minutes.
+
+Each child also times every stage function (and, in the flow, every task call around it), so
+the output splits each run into stage work (the same in both modes: its spread is the shared
+machine's noise) and the time outside it (MLflow parent run, Prefect flow/task bookkeeping):
+the flow's extra time outside the stages is Prefect's cost, measured without that noise.
 """
 
 from __future__ import annotations
@@ -73,16 +78,63 @@ def _flow(run_dir: Path) -> dict:
     return train_odysseus_flow(preset="tiny", overrides={"run_dir": str(run_dir)})["promote"]
 
 
+STAGE_FUNCS = (
+    "stage_record",
+    "stage_sample",
+    "stage_annotate",
+    "stage_validate",
+    "stage_build_dataset",
+    "stage_sft",
+    "stage_rl",
+    "stage_evaluate",
+    "stage_promote",
+)
+
+
+def _instrument() -> tuple[dict[str, float], dict[str, float]]:
+    """Time every stage function (both modes) and, in the flow, every task call around it.
+
+    The tasks call ``odyssey_core.pipeline.stage_*`` through the module and ``_chain`` calls
+    the tasks through ``flows.pipeline``'s globals, so wrapping those names times the same
+    calls without touching the Task objects (their cache keys and options stay as they are).
+    """
+    import flows.pipeline as flow_module
+    import odyssey_core.pipeline as core
+
+    stage_s: dict[str, float] = {}
+    task_s: dict[str, float] = {}
+
+    def timed(fn, name: str, into: dict[str, float]):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                into[name] = into.get(name, 0.0) + time.perf_counter() - start
+
+        return wrapper
+
+    for name in STAGE_FUNCS:
+        setattr(core, name, timed(getattr(core, name), name, stage_s))
+    for name in dir(flow_module):
+        if name.endswith("_task"):
+            setattr(flow_module, name, timed(getattr(flow_module, name), name, task_s))
+    return stage_s, task_s
+
+
 def child(mode: str, run_dir: Path) -> None:
     # imports outside the timed span, the same for both modes
     import flows.pipeline  # noqa: F401
     import odyssey_core.pipeline  # noqa: F401
 
+    stage_s, task_s = _instrument()
     start = time.perf_counter()
     promote = (_flow if mode == "flow" else _direct)(run_dir)
     seconds = time.perf_counter() - start
     assert promote["version"] == 1, promote
-    print("RESULT " + json.dumps({"mode": mode, "seconds": seconds}), flush=True)
+    assert len(stage_s) == len(STAGE_FUNCS), sorted(stage_s)
+    result = {"mode": mode, "seconds": seconds, "stages": stage_s, "tasks": task_s}
+    print("RESULT " + json.dumps(result), flush=True)
 
 
 # -- parent: the server and the rounds ----------------------------------------------------
@@ -136,7 +188,7 @@ def stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_child(mode: str, run_dir: Path, env: dict[str, str], log: Path) -> tuple[float, float]:
+def run_child(mode: str, run_dir: Path, env: dict[str, str], log: Path) -> tuple[dict, float]:
     start = time.perf_counter()
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--run-dir"]
     with log.open("w") as out:
@@ -147,7 +199,7 @@ def run_child(mode: str, run_dir: Path, env: dict[str, str], log: Path) -> tuple
     lines = [x for x in log.read_text().splitlines() if x.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
         raise RuntimeError(f"{mode} run failed (rc {done.returncode}); see {log}")
-    return json.loads(lines[-1][len("RESULT ") :])["seconds"], wall
+    return json.loads(lines[-1][len("RESULT ") :]), wall
 
 
 def main() -> None:
@@ -179,16 +231,31 @@ def main() -> None:
     server = start_server(home, env)
     timings: dict[str, list[float]] = {"direct": [], "flow": []}
     walls: dict[str, list[float]] = {"direct": [], "flow": []}
+    outside: dict[str, list[float]] = {"direct": [], "flow": []}  # not in a stage function
+    stage_sums: list[float] = []
+    wrap: list[float] = []  # flow: task call minus the stage function inside it, all tasks
     try:
         for i in range(args.rounds):
             # ABBA order, so neither mode always runs first on a warm page cache
             order = ("direct", "flow") if i % 2 == 0 else ("flow", "direct")
             for mode in order:
                 run_dir = work / f"{mode}-{i}"
-                seconds, wall = run_child(mode, run_dir, env, work / f"{mode}-{i}.log")
+                res, wall = run_child(mode, run_dir, env, work / f"{mode}-{i}.log")
+                seconds, stages = res["seconds"], sum(res["stages"].values())
                 timings[mode].append(seconds)
                 walls[mode].append(wall)
-                print(f"round {i + 1} {mode:6s} {seconds:7.1f} s (process {wall:.1f} s)")
+                outside[mode].append(seconds - stages)
+                stage_sums.append(stages)
+                line = (
+                    f"round {i + 1} {mode:6s} {seconds:7.1f} s (process {wall:.1f} s; stage "
+                    f"functions {stages:.1f} s, outside them {seconds - stages:.2f} s"
+                )
+                if mode == "flow":
+                    per_task = sum(res["tasks"].values()) - stages
+                    wrap.append(per_task)
+                    line += f"; task wrappers {per_task:.2f} s over {len(res['tasks'])} tasks"
+                print(line + ")", flush=True)
+                print("    " + "  ".join(f"{k[6:]} {v:.2f}" for k, v in res["stages"].items()))
     finally:
         stop(server)
 
@@ -197,6 +264,20 @@ def main() -> None:
     print(
         f"median direct {direct:.1f} s, flow {flow:.1f} s (process wall: "
         f"{statistics.median(walls['direct']):.1f} s, {statistics.median(walls['flow']):.1f} s)"
+    )
+    # The stage functions do the same work in both modes, so their run-to-run spread is the
+    # machine's noise; Prefect's cost is what the flow spends outside them beyond the direct run.
+    out_d, out_f = (statistics.median(outside[m]) for m in ("direct", "flow"))
+    work_s = statistics.median(stage_sums)
+    print(
+        f"outside the stage functions (median): direct {out_d:.2f} s, flow {out_f:.2f} s; "
+        f"Prefect's share {out_f - out_d:.2f} s, of which inside task calls "
+        f"{statistics.median(wrap):.2f} s over 9 tasks; stage functions median {work_s:.1f} s "
+        f"(range {min(stage_sums):.1f}-{max(stage_sums):.1f} s)"
+    )
+    print(
+        f"noise-adjusted ratio (median stage work + each mode's outside time): "
+        f"{(work_s + out_f) / (work_s + out_d):.3f}"
     )
     verdict = "PASS" if ratio <= args.target else "FAIL"
     print(f"ratio flow/direct {ratio:.3f} (target <= {args.target:.2f}): {verdict}")
