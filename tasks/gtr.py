@@ -7,15 +7,13 @@ for transient failures, Prefect's input cache first, then the stage's own done m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from prefect import task
-from prefect.artifacts import create_markdown_artifact
 
 from odyssey_core.gtr import pipeline
 from odyssey_core.gtr.pipeline import GTRPipelineConfig
-from tasks.pipeline import _COMMON
+from tasks.pipeline import _COMMON, post_report
 
 __all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_train_task"]
 
@@ -31,13 +29,8 @@ def gtr_evaluate_task(
     cfg: GTRPipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     outputs = pipeline.stage_gtr_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
-    report = Path(outputs.get("report_markdown", ""))
-    if report.is_file():  # success rate, return and collapse metrics on the flow run's page
-        create_markdown_artifact(
-            key=f"gtr-evaluation-{cfg.name}".lower().replace("_", "-"),
-            markdown=report.read_text(),
-            description=f"evaluation of {checkpoint_uri}",
-        )
+    # success rate, return and collapse metrics on the flow run's page
+    post_report(outputs, f"gtr-evaluation-{cfg.name}", checkpoint_uri)
     return outputs
 
 

@@ -29,6 +29,7 @@ __all__ = [
     "build_dataset_task",
     "evaluate_task",
     "is_transient_error",
+    "post_report",
     "promote_task",
     "record_walkthroughs_task",
     "retry_on_transient",
@@ -181,18 +182,23 @@ def rl_task(
     return pipeline.stage_rl(cfg, model_uri, parent_run_id=parent_run_id)
 
 
+def post_report(outputs: Mapping[str, Any], key: str, checkpoint_uri: str) -> None:
+    """Show a stage's Markdown report (``outputs["report_markdown"]``) on the flow run's page."""
+    report = Path(outputs.get("report_markdown", ""))
+    if report.is_file():
+        create_markdown_artifact(
+            key=key.lower().replace("_", "-"),
+            markdown=report.read_text(),
+            description=f"evaluation of {checkpoint_uri}",
+        )
+
+
 @task(name="evaluate", timeout_seconds=12 * 3600, **_COMMON)
 def evaluate_task(
     cfg: PipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     outputs = pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
-    report = Path(outputs.get("report_markdown", ""))
-    if report.is_file():  # the Table-2 style report, shown on the flow run's page
-        create_markdown_artifact(
-            key=f"evaluation-{cfg.name}".lower().replace("_", "-"),
-            markdown=report.read_text(),
-            description=f"evaluation of {checkpoint_uri}",
-        )
+    post_report(outputs, f"evaluation-{cfg.name}", checkpoint_uri)  # the Table-2 style report
     return outputs
 
 
