@@ -90,3 +90,58 @@ def test_near_duplicates_are_removed(tmp_path: Path) -> None:
     assert {s.frame_index // 10 for s in samples} == {0, 1, 2, 3}
     no_dedup = config.model_copy(update={"phash_threshold": -1})
     assert len(sample_frames([walk], tmp_path / "samples2", no_dedup)) > 4
+
+
+def test_episodes_of_a_level_share_its_budget(tmp_path: Path) -> None:
+    from odyssey_core.data.walkthroughs import record_walkthroughs
+
+    config = RecordConfig(
+        agent="random",
+        agent_kwargs={"seed": 3},
+        max_turns=20,
+        episodes_per_level=2,
+        explore_prob=0.3,
+        explore_turns=2,
+    )
+    walks = record_walkthroughs(config, tmp_path / "walk")
+    assert [w.name for w in walks] == ["odland-1-1", "odland-1-1-ep1"]
+    sampling = SamplingConfig(
+        frames_per_level=12, oversample=3, phash_threshold=-1, show_progress=False
+    )
+    samples = sample_frames(walks, tmp_path / "samples", sampling)
+    # One level, so one budget split over its two videos by duration, not 12 per video.
+    assert 2 <= len(samples) <= 12 and {s.level for s in samples} == {"1-1"}
+    assert {s.walkthrough for s in samples} == {"odland-1-1", "odland-1-1-ep1"}
+    for sample in samples:
+        assert sample.state_dict()["frame_index"] == sample.frame_index
+
+
+def test_share_out_water_fills() -> None:
+    from odyssey_core.data.sampling import share_out
+
+    assert share_out(10, [100, 100, 100]) == [4, 3, 3]
+    assert share_out(10, [2, 100, 100]) == [2, 4, 4]  # the short bin's rest goes to the others
+    assert share_out(10, [2, 3, 1]) == [2, 3, 1]  # not enough in all: everything
+    assert share_out(9, [100, 100], [2.0, 1.0]) == [6, 3]
+    assert share_out(5, [0, 9]) == [0, 5] and share_out(0, [3]) == [0]
+
+
+def test_total_frames_go_to_levels_that_have_them(tmp_path: Path) -> None:
+    walks = []
+    for level, scenes in (("1-1", 2), ("1-2", 8)):
+        video = tmp_path / f"{level}.mp4"
+        with imageio.get_writer(video, format="FFMPEG", fps=10, macro_block_size=1) as writer:
+            for scene in range(scenes):
+                for _ in range(2):
+                    writer.append_data(_pattern(10 * scenes + scene))
+        segment = {"level": level, "start_s": 0, "end_s": scenes * 0.2}
+        walks.append(
+            import_video(
+                ImportConfig(video=video, segments=[segment], name=level), tmp_path / "walk"
+            )
+        )
+    config = SamplingConfig(total_frames=8, oversample=3, phash_threshold=6, show_progress=False)
+    samples = sample_frames(walks, tmp_path / "samples", config)
+    levels = [s.level for s in samples]
+    # 1-1 holds only 2 distinct scenes, so 1-2 takes the 2 frames 1-1 could not fill.
+    assert len(samples) == 8 and levels.count("1-1") == 2 and levels.count("1-2") == 6

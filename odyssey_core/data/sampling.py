@@ -4,10 +4,12 @@ For each level segment, ``frames_per_level x oversample`` candidate times are sp
 (the middle of equal time slots), decoded in one pass (imageio's ffmpeg plugin), and dropped
 when their 64-bit DCT perceptual hash is within ``phash_threshold`` bits of a frame already
 kept (in any level: a near-duplicate teaches nothing new wherever it comes from). The survivors
-are thinned evenly to ``frames_per_level``. Frames are resized to the native Game Boy size the
-agent sees (``frame_size``), saved as ``frames/<sha256 of the PNG>.png``, and listed in
-``samples.parquet`` with their frame index, timestamp and, for recorded walkthroughs, the
-sidecar row of that frame index (``state``, a JSON string).
+are thinned evenly to ``frames_per_level`` (with ``total_frames``, to each level's share of the
+total, a level short of distinct frames leaving the rest to the others). Frames are resized to
+the native Game Boy size the agent sees (``frame_size``), saved as
+``frames/<sha256 of the PNG>.png``, and listed in ``samples.parquet`` with their frame index,
+timestamp and, for recorded walkthroughs, the sidecar row of that frame index (``state``, a
+JSON string).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ __all__ = [
     "hamming",
     "load_samples",
     "sample_frames",
+    "share_out",
     "uniform_indices",
 ]
 
@@ -46,7 +49,11 @@ SAMPLES_FILE = "samples.parquet"
 class SamplingConfig(StrictModel):
     frames_per_level: int = Field(default=100, ge=1)
     total_frames: int | None = Field(
-        default=None, ge=1, description="if set, split evenly over the levels instead"
+        default=None,
+        ge=1,
+        description="if set, this many in total instead, split evenly over the levels after "
+        "de-duplication; a level with fewer distinct frames leaves its unused share to the "
+        "others (within their oversampled candidates)",
     )
     oversample: float = Field(default=2.0, ge=1.0, description="candidates per wanted frame")
     phash_threshold: int = Field(default=4, ge=-1, le=64, description="-1 disables dedup")
@@ -168,16 +175,55 @@ def _decode(path: str, wanted: set[int], label: str, show: bool) -> dict[int, np
 
 
 def _per_level_target(config: SamplingConfig, walkthroughs: Sequence[Walkthrough]) -> int:
+    """Frames wanted per level before any redistribution (sizes the candidate lists)."""
     if config.total_frames is None:
         return config.frames_per_level
     levels = {(w.game, s["level"]) for w in walkthroughs for s in w.segments}
     return max(1, -(-config.total_frames // max(1, len(levels))))
 
 
+def share_out(
+    total: int, capacities: Sequence[int], weights: Sequence[float] | None = None
+) -> list[int]:
+    """Split ``total`` items over bins in proportion to ``weights`` (evenly when None), no bin
+    above its capacity: what a full bin cannot take goes to the others (water-filling).
+    Integer and deterministic; the sum is ``min(total, sum(capacities))``."""
+    n = len(capacities)
+    weight = [1.0] * n if weights is None else [max(0.0, float(w)) for w in weights]
+    alloc = [0] * n
+    open_bins = [i for i in range(n) if capacities[i] > 0]
+    remaining = min(total, sum(max(0, c) for c in capacities))
+    while remaining > 0 and open_bins:
+        mass = sum(weight[i] for i in open_bins)
+        share = {
+            i: remaining * (weight[i] / mass if mass > 0 else 1 / len(open_bins)) for i in open_bins
+        }
+        full = [i for i in open_bins if capacities[i] - alloc[i] <= share[i]]
+        if full:  # fill these to the brim and share the rest again
+            for i in full:
+                remaining -= capacities[i] - alloc[i]
+                alloc[i] = capacities[i]
+            open_bins = [i for i in open_bins if i not in full]
+            continue
+        floors = {i: int(np.floor(share[i])) for i in open_bins}
+        for i in open_bins:
+            alloc[i] += floors[i]
+        left = remaining - sum(floors.values())
+        # The last few items go to the largest remainders (ties: the earlier bin).
+        for i in sorted(open_bins, key=lambda i: (floors[i] - share[i], i))[:left]:
+            alloc[i] += 1
+        remaining = 0
+    return alloc
+
+
 def sample_frames(
     walkthroughs: Sequence[Walkthrough], out_dir: str | Path, config: SamplingConfig
 ) -> list[SampledFrame]:
-    """Sample, dedupe and save frames of all walkthroughs; writes ``samples.parquet``."""
+    """Sample, dedupe and save frames of all walkthroughs; writes ``samples.parquet``.
+
+    With ``total_frames``, the total is shared out after de-duplication: a level (or one of
+    its videos) holding fewer distinct frames than its share leaves the rest to the others,
+    as far as their candidates (``oversample``) reach."""
     out = Path(out_dir)
     (out / "frames").mkdir(parents=True, exist_ok=True)
     per_level = _per_level_target(config, walkthroughs)
@@ -189,26 +235,24 @@ def sample_frames(
             durations[key] = durations.get(key, 0.0) + s["end_s"] - s["start_s"]
     index = _HashIndex()
     seen_sha: set[str] = set()
-    samples: list[SampledFrame] = []
+    pngs: dict[str, bytes] = {}
+    # Every segment's distinct candidates, in video order: (level key, duration, want, kept).
+    segments: list[tuple[tuple[str, str], float, int, list[SampledFrame]]] = []
     for w in walkthroughs:
         sidecar: dict[int, dict[str, Any]] = {}
         if w.sidecar:
             sidecar = {int(r["frame_index"]): r for r in read_table(w.sidecar)}
-        plan: list[tuple[dict[str, Any], list[int]]] = []
+        plan: list[tuple[dict[str, Any], int, list[int]]] = []
         for s in w.segments:
             share = (s["end_s"] - s["start_s"]) / durations[(w.game, s["level"])]
             want = max(1, round(per_level * share))
             candidates = int(np.ceil(want * config.oversample))
-            plan.append(
-                (s, uniform_indices(s["start_s"], s["end_s"], w.fps, candidates, w.frame_count))
-            )
-        wanted = {i for _, indices in plan for i in indices}
+            indices = uniform_indices(s["start_s"], s["end_s"], w.fps, candidates, w.frame_count)
+            plan.append((s, want, indices))
+        wanted = {i for _, _, indices in plan for i in indices}
         decoded = _decode(w.video, wanted, w.name, config.show_progress)
-        for s, indices in plan:
-            share = (s["end_s"] - s["start_s"]) / durations[(w.game, s["level"])]
-            want = max(1, round(per_level * share))
+        for s, want, indices in plan:
             kept: list[SampledFrame] = []
-            pngs: dict[str, bytes] = {}
             for i in indices:
                 if i not in decoded:  # the container promised more frames than it holds
                     continue
@@ -235,11 +279,25 @@ def sample_frames(
                     )
                 )
                 pngs[sha] = data
-            for sample in _evenly(kept, want):
-                target = out / sample.frame
-                if not target.exists():  # content-addressed: an existing file is identical
-                    write_bytes_atomic(target, pngs[sample.frame_hash])
-                samples.append(sample)
+            segments.append(((w.game, s["level"]), s["end_s"] - s["start_s"], want, kept))
+    counts = [want for _, _, want, _ in segments]
+    if config.total_frames is not None:
+        levels = list(durations)
+        capacity = [sum(len(k) for key, _, _, k in segments if key == lv) for lv in levels]
+        for level, budget in zip(levels, share_out(config.total_frames, capacity), strict=True):
+            mine = [j for j, seg in enumerate(segments) if seg[0] == level]
+            split = share_out(
+                budget, [len(segments[j][3]) for j in mine], [segments[j][1] for j in mine]
+            )
+            for j, count in zip(mine, split, strict=True):
+                counts[j] = count
+    samples: list[SampledFrame] = []
+    for (_, _, _, kept), count in zip(segments, counts, strict=True):
+        for sample in _evenly(kept, count):
+            target = out / sample.frame
+            if not target.exists():  # content-addressed: an existing file is identical
+                write_bytes_atomic(target, pngs[sample.frame_hash])
+            samples.append(sample)
     write_table(out / SAMPLES_FILE, [s.__dict__ for s in samples])
     return samples
 
