@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import model_fixtures
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -18,7 +20,15 @@ from safetensors.torch import load_file
 from bench.sft_tiny import build_odland_dataset
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.hf import END_OF_TURN
-from odyssey_core.sft.data import IGNORE_INDEX, REQUIRED_COLUMNS, SFTCollator, SFTDataset
+from odyssey_core.sft.data import (
+    IGNORE_INDEX,
+    REQUIRED_COLUMNS,
+    SFTCollator,
+    SFTDataset,
+    SFTSample,
+    answer_key,
+    answer_weights,
+)
 from odyssey_core.sft.settings import SFTSettings, load_sft_settings
 from odyssey_core.sft.trainer import SFTTrainer, latest_checkpoint
 
@@ -244,3 +254,87 @@ def test_latest_prefers_newest_complete_checkpoint(tmp_path: Path) -> None:
     (root / "latest").write_text("step-000004\n")
     assert latest_checkpoint(tmp_path).name == "step-000004"
     assert latest_checkpoint(tmp_path / "nothing") is None
+
+
+# ------------------------------------------------------------------ rare-answer balancing
+def _sample(buttons: tuple[str, ...], i: int = 0) -> SFTSample:
+    return SFTSample(f"s{i}", Path("f.png"), "odland", "1-1", "t", "r", buttons, "train")
+
+
+def test_answer_weights_balance_rare_answers() -> None:
+    rows = [_sample(("b", "right"), i) for i in range(8)] + [
+        _sample(("right", "a"), 8),
+        _sample(("a", "right"), 9),
+    ]
+    assert answer_key(("right", "a")) == answer_key(("a", "right")) == ("a", "right")
+    full = answer_weights(rows, 1.0)
+    assert full.mean() == pytest.approx(1.0)
+    assert full[:8].sum() == pytest.approx(full[8:].sum())  # each answer weighs the same
+    root = answer_weights(rows, 0.5)
+    assert root[8] / root[0] == pytest.approx(2.0)  # sqrt(8 / 2)
+    assert np.allclose(answer_weights(rows, 0.0), 1.0)
+    with pytest.raises(ValueError):
+        SFTSettings(answer_balance="oversample")
+
+
+def test_balanced_sampler_draws_answers_evenly(
+    sft_dataset: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    settings = small_settings(answer_balance="sampler", answer_balance_power=1.0)
+    trainer = SFTTrainer(settings, sft_dataset, tiny_model_dir, tmp_path)
+    keys = [answer_key(s.buttons) for s in trainer.train_set]
+    assert len(set(keys)) >= 2, "the fixture needs more than one answer"
+    order = trainer.epoch_order(3)
+    assert len(order) == len(keys) and np.array_equal(order, trainer.epoch_order(3))
+    drawn = Counter(keys[int(i)] for epoch in range(300) for i in trainer.epoch_order(epoch))
+    shares = np.array(list(drawn.values())) / sum(drawn.values())
+    assert np.allclose(shares, 1 / len(set(keys)), atol=0.03), drawn
+    plain = SFTTrainer(small_settings(), sft_dataset, tiny_model_dir, tmp_path / "plain")
+    assert sorted(plain.epoch_order(3)) == list(range(len(keys)))  # a permutation, as before
+
+
+def test_loss_weights_scale_each_rows_tokens(
+    sft_dataset: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    settings = small_settings(answer_balance="loss", answer_balance_power=1.0, max_steps=2)
+    trainer = SFTTrainer(settings, sft_dataset, tiny_model_dir, tmp_path)
+    rows = trainer.train_set.samples[:3]
+    batch = trainer.collator(rows)
+    with torch.no_grad():
+        plain, n_plain = trainer._loss_sums(batch)
+        ones, n_ones = trainer._loss_sums(batch, torch.ones(3))
+        per_row = [trainer._loss_sums(batch, torch.eye(3)[i]) for i in range(3)]
+        w = torch.tensor([0.5, 2.0, 3.0])
+        weighted, n_weighted = trainer._loss_sums(batch, w)
+    torch.testing.assert_close(ones, plain)
+    assert n_ones == n_plain == sum(n for _, n in per_row)
+    expected = sum(float(w[i]) * float(loss) for i, (loss, _) in enumerate(per_row))
+    assert float(weighted) == pytest.approx(expected, rel=1e-5)
+    assert n_weighted == pytest.approx(sum(float(w[i]) * n for i, (_, n) in enumerate(per_row)))
+    record = trainer.train_step()  # weighted steps train and log the plain token count
+    assert isinstance(record["response_tokens"], int) and np.isfinite(record["loss"])
+
+
+def test_vision_lr_scale_slows_or_freezes_the_vision_tower(
+    sft_dataset: Path, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    scaled = SFTTrainer(
+        small_settings(vision_lr_scale=0.1), sft_dataset, tiny_model_dir, tmp_path / "a"
+    )
+    text_group, vision_group = scaled.optimizer.param_groups
+    assert vision_group["lr"] == pytest.approx(0.1 * text_group["lr"])
+    visual = {id(p) for p in scaled.model.model.visual.parameters()}
+    assert {id(p) for p in vision_group["params"]} == visual
+
+    frozen = SFTTrainer(
+        small_settings(vision_lr_scale=0.0, max_steps=1, warmup_ratio=0.0),
+        sft_dataset,
+        tiny_model_dir,
+        tmp_path,
+    )
+    assert len(frozen.optimizer.param_groups) == 1
+    before = {n: p.detach().clone() for n, p in frozen.model.named_parameters()}
+    frozen.train_step()
+    moved = {n for n, p in frozen.model.named_parameters() if not torch.equal(p, before[n])}
+    assert moved and not any(".visual." in f".{n}" for n in moved)
+    assert "model.language_model.embed_tokens.weight" in moved

@@ -15,6 +15,7 @@ and on padding: the cross-entropy covers the response and its end token only.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,8 @@ __all__ = [
     "SFTCollator",
     "SFTDataset",
     "SFTSample",
+    "answer_key",
+    "answer_weights",
 ]
 
 IGNORE_INDEX = -100  # torch cross-entropy skips these targets
@@ -73,6 +76,24 @@ class SFTSample:
         """The frame as uint8 ``[H, W, 3]``, like an environment observation."""
         with Image.open(self.frame_path) as im:
             return np.asarray(im.convert("RGB"))
+
+
+def answer_key(buttons: Sequence[str]) -> tuple[str, ...]:
+    """A row's answer class: its set of buttons (order-free, as agreement is measured)."""
+    return tuple(sorted(set(buttons)))
+
+
+def answer_weights(samples: Sequence[SFTSample], power: float = 1.0) -> np.ndarray:
+    """Per-row weights that up-weight rare answers: ``(n / (K n_c)) ** power`` for a row of
+    answer c (n rows, K distinct answers, n_c rows of c), normalised to mean 1 over the rows.
+    ``power`` 1 gives every answer the same total weight; 0 gives every row weight 1."""
+    if not samples:
+        return np.zeros(0)
+    keys = [answer_key(s.buttons) for s in samples]
+    counts = Counter(keys)
+    n, k = len(keys), len(counts)
+    weights = np.array([(n / (k * counts[key])) ** power for key in keys], dtype=np.float64)
+    return weights / weights.mean()
 
 
 class SFTDataset:

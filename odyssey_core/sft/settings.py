@@ -64,6 +64,12 @@ class SFTSettings(StrictModel):
     )
     image_size: tuple[int, int] | None = None
     gradient_checkpointing: bool = False
+    vision_lr_scale: float = Field(
+        default=1.0,
+        ge=0,
+        description="learning-rate multiplier of the vision encoder and its merger "
+        "(model.visual); 0 freezes them (the paper: 1, all weights at the same rate)",
+    )
     lora: LoraSettings | None = Field(
         default=None, description="train a LoRA adapter instead of all weights (paper: full)"
     )
@@ -77,6 +83,22 @@ class SFTSettings(StrictModel):
         default=None, ge=1, description="keep only the newest N step-* folders (None: all)"
     )
     log_every: int = Field(default=1, ge=1)
+    answer_balance: Literal["none", "sampler", "loss"] = Field(
+        default="none",
+        description="up-weight rare answers (the answer is the row's set of buttons): "
+        "'sampler' draws each epoch's rows with replacement, a row of answer c with probability "
+        "proportional to w_c; 'loss' keeps the plain shuffle and scales each row's response "
+        "tokens by w_c (the logged train loss is then the weighted token mean; the eval loss "
+        "stays unweighted). w_c = (n / (K n_c))^answer_balance_power for n rows, K answers, "
+        "n_c rows of answer c. 'none' (the paper): every row once per epoch, weight 1",
+    )
+    answer_balance_power: float = Field(
+        default=1.0,
+        ge=0,
+        le=1,
+        description="1: full inverse frequency (every answer weighs the same in total); "
+        "0.5: square-root (rare answers count more, the majority still most); 0: no effect",
+    )
     deepspeed: Path | None = Field(
         default=None, description="DeepSpeed JSON config (e.g. configs/deepspeed/zero2.json)"
     )

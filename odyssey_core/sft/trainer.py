@@ -13,6 +13,11 @@ needs to continue bit-for-bit: weights (or the LoRA adapter) with the processor,
 and scheduler state, the python/numpy/torch RNG states, the step and the position in the
 data order. The data order of each epoch is a permutation seeded by ``seed + epoch``, so the
 position (epoch, index) is enough to rebuild it.
+
+Rare answers can be up-weighted (``answer_balance``): ``sampler`` replaces the permutation by
+draws with replacement, still seeded by ``seed + epoch`` (so resuming is unchanged), and
+``loss`` weights each row's response tokens; both use the per-answer weights of
+:func:`~odyssey_core.sft.data.answer_weights`.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from odyssey_core.common.checkpointing import (
     restore_rng_state,
 )
 from odyssey_core.policy.hf import HFPolicy
-from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, SFTSample
+from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, SFTSample, answer_weights
 from odyssey_core.sft.settings import SFTSettings
 
 __all__ = [
@@ -118,6 +123,10 @@ class SFTTrainer:
         self.val_set = SFTDataset(self.dataset_dir, split="val")
         if len(self.train_set) == 0:
             raise ValueError(f"{self.dataset_dir}: the train split is empty")
+        # Per-row weights of the rare-answer balancing (None: every row weighs 1).
+        self.row_weights: np.ndarray | None = None
+        if settings.answer_balance != "none":
+            self.row_weights = answer_weights(self.train_set.samples, settings.answer_balance_power)
         expected = settings.expected_dataset_size
         if expected is not None and expected != len(self.train_set):
             log.warning(
@@ -150,9 +159,8 @@ class SFTTrainer:
         if settings.max_steps is not None:
             self.total_steps = min(self.total_steps, settings.max_steps)
         self.warmup_steps = math.ceil(settings.warmup_ratio * self.total_steps)
-        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            params,
+            self._param_groups(),
             lr=settings.lr,
             betas=settings.adam_betas,
             eps=settings.adam_eps,
@@ -211,6 +219,26 @@ class SFTTrainer:
         source = self.model_dir if checkpoint is None else self._proc_dir(checkpoint)
         return model, load_processor(source)
 
+    def _param_groups(self) -> list[dict[str, Any]]:
+        """The language model (group 0, whose lr is logged) and, unless frozen by
+        ``vision_lr_scale: 0``, the vision encoder with its merger at ``vision_lr_scale x lr``."""
+        scale = self.settings.vision_lr_scale
+        text, vision = [], []
+        for name, param in self.model.named_parameters():
+            if not param.requires_grad:
+                continue
+            if ".visual." in f".{name}":  # Qwen-VL names: model.visual.* (LoRA: ...model.visual.*)
+                if scale == 0:
+                    param.requires_grad_(False)  # frozen: no gradients, no optimizer state
+                else:
+                    vision.append(param)
+            else:
+                text.append(param)
+        groups: list[dict[str, Any]] = [{"params": text}]
+        if vision:
+            groups.append({"params": vision, "lr": self.settings.lr * scale})
+        return [g for g in groups if g["params"]]
+
     def _proc_dir(self, checkpoint: Path) -> Path:
         return checkpoint / ("adapter" if self.settings.lora is not None else "model")
 
@@ -242,22 +270,38 @@ class SFTTrainer:
 
     # ----------------------------------------------------------------------------- data
     def epoch_order(self, epoch: int) -> np.ndarray:
-        """The shuffled train order of ``epoch`` (depends only on seed and epoch)."""
+        """The train order of ``epoch`` (depends only on seed and epoch): a permutation, or
+        with ``answer_balance: sampler`` as many weighted draws with replacement."""
         rng = np.random.default_rng([self.settings.seed, epoch])
-        return rng.permutation(len(self.train_set))
+        n = len(self.train_set)
+        if self.settings.answer_balance == "sampler" and self.row_weights is not None:
+            return rng.choice(n, size=n, replace=True, p=self.row_weights / self.row_weights.sum())
+        return rng.permutation(n)
 
-    def _next_batch(self) -> list[SFTSample]:
-        """This rank's share of the next optimizer step's samples; advances the position."""
+    def _next_indices(self) -> list[int]:
+        """This rank's share of the next optimizer step's train rows; advances the position."""
         order = self.epoch_order(self.epoch)
         chosen = order[self.index : self.index + self.settings.batch_size]
         self.index += len(chosen)
         if self.index >= len(order):
             self.epoch, self.index = self.epoch + 1, 0
-        return [self.train_set[int(i)] for i in chosen[self.rank :: self.world_size]]
+        return [int(i) for i in chosen[self.rank :: self.world_size]]
+
+    def _next_batch(self) -> list[SFTSample]:
+        return [self.train_set[i] for i in self._next_indices()]
+
+    def _loss_weights(self, indices: Sequence[int]) -> torch.Tensor | None:
+        """Per-row token weights of ``answer_balance: loss`` (None: unweighted)."""
+        if self.settings.answer_balance != "loss" or self.row_weights is None:
+            return None
+        return torch.tensor(self.row_weights[list(indices)], dtype=torch.float32)
 
     # ----------------------------------------------------------------------------- model
-    def _loss_sums(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
-        """Summed response-token cross-entropy of a collated batch, and its token count."""
+    def _loss_sums(
+        self, batch: dict[str, torch.Tensor], weights: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, float]:
+        """Summed response-token cross-entropy of a collated batch, and its token count;
+        with per-row ``weights`` both are weighted (each token counts as its row's weight)."""
         keep = int(batch["max_response_len"]) + 1
         inputs = {k: v.to(self.device) for k, v in batch.items() if k != "max_response_len"}
         labels = inputs.pop("labels")
@@ -266,45 +310,67 @@ class SFTTrainer:
             out = self.policy._forward(inputs, use_cache=False, logits_to_keep=keep)
         logits = out.logits[:, :-1].float()  # position t predicts token t + 1
         targets = labels[:, -(keep - 1) :]
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            targets.reshape(-1),
-            ignore_index=IGNORE_INDEX,
-            reduction="sum",
-        )
-        return loss, int((targets != IGNORE_INDEX).sum())
+        if weights is None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]),
+                targets.reshape(-1),
+                ignore_index=IGNORE_INDEX,
+                reduction="sum",
+            )
+            return loss, int((targets != IGNORE_INDEX).sum())
+        per_token = F.cross_entropy(
+            logits.transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
+        )  # [batch, positions], 0 where ignored
+        weights = weights.to(per_token.device)
+        counts = (targets != IGNORE_INDEX).sum(dim=1).to(per_token.dtype)
+        return (per_token.sum(dim=1) * weights).sum(), float((counts * weights).sum())
 
-    def _token_count(self, n_local: int) -> int:
+    def _token_count(self, n_local: float) -> float:
+        """The step's (possibly weighted) token count summed over ranks."""
         if self.world_size == 1:
             return n_local
-        count = torch.tensor(n_local, device=self.device)
+        count = torch.tensor(float(n_local), device=self.device, dtype=torch.float64)
         torch.distributed.all_reduce(count)
-        return int(count)
+        return float(count)
 
     def train_step(self) -> dict[str, Any]:
         s = self.settings
         start = time.perf_counter()
-        samples = self._next_batch()
+        indices = self._next_indices()
+        samples = [self.train_set[i] for i in indices]
         n_chunks = min(s.grad_accum_steps, max(1, len(samples)))
         chunks = [list(c) for c in np.array_split(np.arange(len(samples)), n_chunks)]
-        batches = [self.collator([samples[i] for i in c]) for c in chunks if len(c)]
-        # Token-mean over the whole step: each micro-batch is divided by the step's count.
-        n_tokens = self._token_count(sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches))
+        chunks = [c for c in chunks if len(c)]
+        batches = [self.collator([samples[i] for i in c]) for c in chunks]
+        weights = [self._loss_weights([indices[i] for i in c]) for c in chunks]
+        # Token-mean over the whole step: each micro-batch is divided by the step's count
+        # (weighted by the rows' answer weights under `answer_balance: loss`).
+        counts = [(b["labels"] != IGNORE_INDEX).sum(dim=1) for b in batches]
+        n_plain = int(self._token_count(sum(int(c.sum()) for c in counts)))
+        n_tokens = n_plain
+        if any(w is not None for w in weights):
+            n_tokens = self._token_count(
+                sum(
+                    float((c.float() * (1.0 if w is None else w)).sum())
+                    for c, w in zip(counts, weights, strict=True)
+                )
+            )
         seen_tokens = sum(int(b["attention_mask"].sum()) for b in batches)
         total = 0.0
-        for batch in batches:
-            loss_sum, _ = self._loss_sums(batch)
+        for index, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
+            loss_sum, _ = self._loss_sums(batch, weight)
             loss = loss_sum / max(1, n_tokens)
             if self.engine is not None:
-                # DeepSpeed divides by its accumulation count and averages ranks; undo both.
+                # ZeRO reduces and partitions the gradients only after the last micro-batch;
+                # DeepSpeed divides by its accumulation count and averages ranks: undo both.
+                self.engine.set_gradient_accumulation_boundary(index == len(batches) - 1)
                 self.engine.backward(loss * s.grad_accum_steps * self.world_size)
             else:
                 loss.backward()
             total += float(loss_sum.detach())
         lr = self.optimizer.param_groups[0]["lr"]
         if self.engine is not None:
-            for _ in batches:
-                self.engine.step()
+            self.engine.step()  # at the boundary set above: one optimizer and scheduler step
             grad_norm = float(self.engine.get_global_grad_norm() or 0.0)
         else:
             params = [p for p in self.model.parameters() if p.requires_grad]
@@ -321,7 +387,7 @@ class SFTTrainer:
             "loss": total / max(1, n_tokens),
             "lr": lr,
             "grad_norm": grad_norm,
-            "response_tokens": n_tokens,
+            "response_tokens": n_plain,
             "tokens_per_s": seen_tokens / max(elapsed, 1e-9),
             "time_s": elapsed,
         }
