@@ -39,6 +39,16 @@ from odyssey_core.protocol import format_response
 
 LOOKAHEAD_PX = 40  # objects closer than this in front of the hero call for a jump
 
+# Defaults of the curate source and the training run (chosen to fit ~25 min on the loaded
+# 2-core development VM; see bench/RESULTS.md).
+DEFAULT_LEVELS = ("1-1", "1-2", "1-3", "2-1", "2-2")
+DEFAULT_EPISODES = 4
+DEFAULT_EXPLORE_PROB = 0.05
+DEFAULT_STEPS = 300
+DEFAULT_LR = 2e-3
+DEFAULT_BALANCE = "none"
+DEFAULT_BALANCE_POWER = 0.5
+
 
 def rule_teacher(info: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
     """(perception, reasoning, buttons) from the env's info, a stand-in for a VLM teacher."""
@@ -133,17 +143,22 @@ def curate_odland_dataset(
     out_dir: str | Path,
     n_frames: int = 2000,
     *,
-    levels: tuple[str, ...] = ("1-1", "1-2", "1-3"),
+    levels: tuple[str, ...] = DEFAULT_LEVELS,
     max_turns: int = 400,
-    phash_threshold: int = 0,
+    episodes: int = 4,
+    explore_prob: float = 0.05,
+    explore_turns: int = 4,
+    phash_threshold: int = 2,
     rerecord: bool = False,
-) -> Path:
+) -> tuple[Path, dict[str, Any]]:
     """Curate odland with ``odyssey_core.data`` (expert walkthroughs, programmatic teacher).
 
-    The tiny curation preset with: the given levels and turn limit, ``n_frames`` in total
-    split over the levels, no oversampling beyond the walkthrough (every distinct frame is a
-    candidate) and a pHash threshold of ``phash_threshold`` (0: drop only frames whose pHash
-    equals an earlier one's; byte-identical frames are always dropped).
+    The tiny curation preset with: the given levels and turn limit, ``episodes`` walkthroughs
+    per level (the first clean, the others with random detours of the expert's play, see
+    :class:`~odyssey_core.data.walkthroughs.RecordConfig`), ``n_frames`` in total split over
+    the levels, every recorded frame a candidate (oversample 3) and the pHash threshold
+    ``phash_threshold`` (2 bits, the preset's: near-duplicates would leak across the
+    frame-hash split). Returns the dataset folder and the counts of each stage.
     """
     from odyssey_core.data.cli import (
         load_curate_config,
@@ -154,13 +169,22 @@ def curate_odland_dataset(
         run_validate,
     )
 
+    record = {
+        "agent": "expert",
+        "levels": list(levels),
+        "max_turns": max_turns,
+        "episodes_per_level": episodes,
+        "clean_episodes": 1,
+        "explore_prob": explore_prob if episodes > 1 else 0.0,
+        "explore_turns": explore_turns,
+    }
     config = load_curate_config(
         "tiny",
         {
-            "record": {"agent": "expert", "levels": list(levels), "max_turns": max_turns},
+            "record": record,
             "sampling": {
                 "total_frames": n_frames,
-                "oversample": 1.0,
+                "oversample": 3.0,
                 "phash_threshold": phash_threshold,
             },
             "teacher": {"name": "programmatic"},
@@ -168,31 +192,102 @@ def curate_odland_dataset(
         },
     )
     out = Path(out_dir)
-    records = [out / "walkthroughs" / f"{config.game}-{level}.json" for level in levels]
-    if rerecord or not all(path.is_file() for path in records):
+    walk_dir = out / "walkthroughs"
+    names = [
+        config.record.walkthrough_name(level, episode)
+        for level in levels
+        for episode in range(episodes)
+    ]
+    records = [walk_dir / f"{name}.json" for name in names]
+    # Reuse a recording only when it was made with exactly these settings.
+    stamp = walk_dir / "bench-record.json"
+    wanted = config.record.model_dump(mode="json")
+    same = stamp.is_file() and json.loads(stamp.read_text()) == wanted
+    record_s = 0.0
+    if rerecord or not same or not all(path.is_file() for path in records):
         start = time.perf_counter()
         run_record(config, out)
-        print(f"recorded {len(levels)} expert walkthroughs in {time.perf_counter() - start:.0f}s")
+        record_s = time.perf_counter() - start
+        stamp.write_text(json.dumps(wanted, indent=2))
+        print(f"recorded {len(records)} expert walkthroughs in {record_s:.0f}s")
     else:
-        print(f"reusing the expert walkthroughs in {out / 'walkthroughs'}")
+        print(f"reusing the expert walkthroughs in {walk_dir}")
+    recorded = 0
     for path in records:
         info = json.loads(path.read_text())
+        extra = info["extra"]
+        recorded += info["frame_count"]
         print(
             f"  {info['name']}: {info['frame_count']} frames, goal reached "
-            f"{info['extra'].get('goal_reached')}, progress {info['extra'].get('final_progress')}"
-            f"/{info['extra'].get('max_progress')}"
+            f"{extra.get('goal_reached')}, progress {extra.get('final_progress')}"
+            f"/{extra.get('max_progress')}, detours {extra.get('detours', 0)} "
+            f"({extra.get('undone_detours', 0)} undone)"
         )
     start = time.perf_counter()
-    # Sampling reads every walkthrough in the folder: drop records of other levels.
-    for path in (out / "walkthroughs").glob("*.json"):
-        if path not in records:
+    # Sampling reads every walkthrough in the folder: set aside records of other runs.
+    for path in walk_dir.glob("*.json"):
+        if path not in records and path != stamp:
             path.rename(path.with_suffix(".json.unused"))
     run_sample(config, out)
     run_annotate(config, out)
     run_validate(config, out)
     dataset = run_build(config, out)
-    print(f"curated {dataset} in {time.perf_counter() - start:.0f}s (programmatic teacher)")
-    return dataset
+    curate_s = time.perf_counter() - start
+    print(f"curated {dataset} in {curate_s:.0f}s (programmatic teacher)")
+    counts = {
+        "walkthroughs": len(records),
+        "frames_recorded": recorded,
+        "record_s": record_s,
+        "curate_s": curate_s,
+    }
+    return dataset, counts
+
+
+def _answer(buttons: tuple[str, ...] | list[str]) -> str:
+    """An answer class as text (``a+right``): the set of buttons, sorted."""
+    from odyssey_core.sft.data import answer_key
+
+    return "+".join(answer_key(buttons))
+
+
+def evaluate_answers(
+    policy: Any, samples: list[Any], params: Any, majority: str, batch_size: int = 8
+) -> dict[str, Any]:
+    """Format-valid rate, agreement with the teacher's buttons (as sets), and where the
+    answers agree: on frames whose teacher answer is the majority class, and on the others."""
+    from odyssey_core.envs.base import Observation
+    from odyssey_core.sft.data import answer_key
+
+    valid = agree = 0
+    agree_majority = agree_other = 0
+    predicted: Counter[str] = Counter()
+    for i in range(0, len(samples), batch_size):
+        chunk = samples[i : i + batch_size]
+        # Each item samples with its own seed (seed + position), whatever its batch.
+        seeded = params.model_copy(update={"seed": i}) if params.seed is not None else params
+        gens = policy.generate([Observation(s.image(), s.turn_text) for s in chunk], seeded)
+        for sample, gen in zip(chunk, gens, strict=True):
+            ok = bool(gen.parsed.valid)
+            same = ok and answer_key(gen.parsed.buttons) == answer_key(sample.buttons)
+            valid += ok
+            agree += same
+            predicted[_answer(gen.parsed.buttons) if ok else "(invalid)"] += 1
+            if _answer(sample.buttons) == majority:
+                agree_majority += same
+            else:
+                agree_other += same
+    n = len(samples)
+    n_majority = sum(_answer(s.buttons) == majority for s in samples)
+    return {
+        "n": n,
+        "format_valid": valid / n,
+        "agreement": agree / n,
+        "recall_majority": agree_majority / max(1, n_majority),
+        "recall_other": agree_other / max(1, n - n_majority),
+        "n_other": n - n_majority,
+        "agree_other": agree_other,
+        "predicted": dict(predicted.most_common()),
+    }
 
 
 def plot_losses(metrics_path: Path, png: Path) -> None:
@@ -244,9 +339,17 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=2000, help="frames asked in total")
     parser.add_argument("--levels", default=None, help="comma-separated odland levels")
     parser.add_argument("--max-turns", type=int, default=400, help="per walkthrough (curate)")
+    parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="per level")
+    parser.add_argument("--explore-prob", type=float, default=DEFAULT_EXPLORE_PROB)
+    parser.add_argument("--phash-threshold", type=int, default=2)
     parser.add_argument("--rerecord", action="store_true", help="record walkthroughs again")
-    parser.add_argument("--max-steps", "--steps", dest="steps", type=int, default=300)
-    parser.add_argument("--eval-frames", type=int, default=100)
+    parser.add_argument("--max-steps", "--steps", dest="steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--lr", type=float, default=DEFAULT_LR)
+    parser.add_argument(
+        "--answer-balance", choices=("none", "sampler", "loss"), default=DEFAULT_BALANCE
+    )
+    parser.add_argument("--balance-power", type=float, default=DEFAULT_BALANCE_POWER)
+    parser.add_argument("--eval-frames", type=int, default=0, help="0: every val frame")
     parser.add_argument(
         "--max-new-tokens",
         type=int,
@@ -254,25 +357,31 @@ def main() -> None:
         help="generation budget; 0: the longest teacher answer in tokens plus 32",
     )
     args = parser.parse_args()
+    began = time.perf_counter()
 
     import torch
 
     torch.set_num_threads(1)  # tiny matmuls: threads only add contention on a shared CPU
     from odyssey_core.models import build_tiny_model
     from odyssey_core.policy.base import GenerationParams
+    from odyssey_core.policy.hf import HFPolicy
     from odyssey_core.sft.data import SFTDataset
     from odyssey_core.sft.settings import load_sft_settings
     from odyssey_core.sft.trainer import SFTTrainer
 
     args.out.mkdir(parents=True, exist_ok=True)
     dataset = args.dataset
+    counts: dict[str, Any] = {}
     if dataset is None and args.source == "curate":
-        levels = tuple((args.levels or "1-1,1-2,1-3").split(","))
-        dataset = curate_odland_dataset(
+        levels = tuple(args.levels.split(",")) if args.levels else DEFAULT_LEVELS
+        dataset, counts = curate_odland_dataset(
             args.out / "curate",
             args.frames,
             levels=levels,
             max_turns=args.max_turns,
+            episodes=args.episodes,
+            explore_prob=args.explore_prob,
+            phash_threshold=args.phash_threshold,
             rerecord=args.rerecord,
         )
     elif dataset is None:
@@ -281,52 +390,81 @@ def main() -> None:
         dataset = build_odland_dataset(args.out / "dataset", args.frames, levels=levels)
         print(f"built {dataset} in {time.perf_counter() - start:.0f}s (rule teacher)")
     manifest = json.loads((Path(dataset) / "manifest.json").read_text())
-    print(f"dataset {dataset}: {manifest.get('num_samples', manifest.get('samples'))} frames")
+    counts["frames_in_dataset"] = manifest.get("num_samples", manifest.get("samples"))
+    train_rows = SFTDataset(dataset, split="train").samples
+    val_rows = SFTDataset(dataset, split="val").samples
+    counts |= {"train": len(train_rows), "val": len(val_rows)}
+    labels = {
+        split: dict(Counter(_answer(s.buttons) for s in rows).most_common())
+        for split, rows in (("train", train_rows), ("val", val_rows))
+    }
+    print(f"dataset {dataset}: {counts['frames_in_dataset']} frames")
+    print(f"labels: train {labels['train']}")
+    print(f"        val   {labels['val']}")
+
     model_dir = build_tiny_model(args.out / "tiny-model")
-    settings = load_sft_settings("tiny", {"max_steps": args.steps, "epochs": 100})
+    overrides = {
+        "max_steps": args.steps,
+        "epochs": 100,
+        "lr": args.lr,
+        "answer_balance": args.answer_balance,
+        "answer_balance_power": args.balance_power,
+    }
+    settings = load_sft_settings("tiny", overrides)
     trainer = SFTTrainer(settings, dataset, model_dir, args.out / "run")
-    n_train, n_val = len(trainer.train_set), len(trainer.val_set)
-    print(f"train {n_train}  val {n_val}  steps {trainer.total_steps}")
+    print(
+        f"train {len(trainer.train_set)}  val {len(trainer.val_set)}  steps "
+        f"{trainer.total_steps}  lr {settings.lr}  answer_balance {settings.answer_balance}"
+        f" (power {settings.answer_balance_power})"
+    )
     start = time.perf_counter()
     result = trainer.train()
+    train_s = time.perf_counter() - start
     print(
-        f"trained {result.steps} steps in {time.perf_counter() - start:.0f}s; "
+        f"trained {result.steps} steps in {train_s:.0f}s; "
         f"last train loss {result.train_loss:.4f}, val loss {result.eval_loss:.4f}"
     )
     plot_losses(trainer.metrics_path, args.out / "loss.png")
 
-    # Held-out answers, sampled as a rollout would (temperature 1), and greedy.
-    from odyssey_core.envs.base import Observation
-    from odyssey_core.policy.hf import HFPolicy
-
-    val = SFTDataset(dataset, split="val").samples[: args.eval_frames]
-    train_buttons = Counter(tuple(s.buttons) for s in SFTDataset(dataset, split="train"))
-    majority = train_buttons.most_common(1)[0][0]
+    # Held-out answers: greedy, and sampled as a rollout would (temperature 1).
+    val = val_rows[: args.eval_frames or None]
+    majority = Counter(_answer(s.buttons) for s in train_rows).most_common(1)[0][0]
+    majority_rate = sum(_answer(s.buttons) == majority for s in val) / len(val)
     policy = HFPolicy(result.final_dir, game="odland")
     max_new = args.max_new_tokens
     if max_new <= 0:  # the curated answers run to ~190 tokens: a short budget truncates them
-        from transformers import AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(result.final_dir)
-        rows = SFTDataset(dataset, split="train").samples + val
-        max_new = max(len(tokenizer(s.response)["input_ids"]) for s in rows) + 32
-    print(f"generating up to {max_new} new tokens per answer")
+        tokenizer = policy.processor.tokenizer
+        max_new = max(len(tokenizer(s.response)["input_ids"]) for s in train_rows + val) + 32
+    print(f"generating up to {max_new} new tokens per answer on {len(val)} val frames")
+    start = time.perf_counter()
+    decodings: dict[str, dict[str, Any]] = {}
     for name, params in (
-        ("sampled", GenerationParams(max_new_tokens=max_new, temperature=1.0, seed=0)),
         ("greedy", GenerationParams(max_new_tokens=max_new, temperature=0.0)),
+        ("sampled", GenerationParams(max_new_tokens=max_new, temperature=1.0, seed=0)),
     ):
-        valid = agree = 0
-        for i in range(0, len(val), 8):
-            chunk = val[i : i + 8]
-            gens = policy.generate([Observation(s.image(), s.turn_text) for s in chunk], params)
-            for sample, gen in zip(chunk, gens, strict=True):
-                valid += gen.parsed.valid
-                agree += gen.parsed.valid and set(gen.parsed.buttons) == set(sample.buttons)
-        n = len(val)
-        print(f"{name}: format-valid {valid / n:.1%}  button agreement {agree / n:.1%}  (n={n})")
-    majority_rate = sum(tuple(s.buttons) == majority for s in val) / len(val)
-    print(f"majority class {majority} on val: {majority_rate:.1%}")
-    print(f"loss curve: {args.out / 'loss.png'}")
+        r = evaluate_answers(policy, val, params, majority)
+        decodings[name] = r
+        print(
+            f"{name}: format-valid {r['format_valid']:.1%}  agreement {r['agreement']:.1%}  "
+            f"(on {majority} frames {r['recall_majority']:.1%}, on the other "
+            f"{r['n_other']} {r['recall_other']:.1%})  answers {r['predicted']}"
+        )
+    eval_s = time.perf_counter() - start
+    print(f"majority class {majority} (from train) on the same val frames: {majority_rate:.1%}")
+    total_s = time.perf_counter() - began
+    print(f"evaluated in {eval_s:.0f}s; total {total_s:.0f}s; loss curve: {args.out / 'loss.png'}")
+    summary = {
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "counts": counts,
+        "labels": labels,
+        "train_loss": result.train_loss,
+        "val_loss": result.eval_loss,
+        "majority": majority,
+        "majority_rate": majority_rate,
+        "decodings": decodings,
+        "seconds": {"train": train_s, "eval": eval_s, "total": total_s},
+    }
+    (args.out / "results.json").write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
