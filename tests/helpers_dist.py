@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def single_process_dist_env() -> dict[str, str]:
@@ -20,3 +27,18 @@ def single_process_dist_env() -> dict[str, str]:
         "LOCAL_RANK": "0",
         "WORLD_SIZE": "1",
     }
+
+
+def run_in_single_process_world(script: str, *args: object) -> dict[str, Any]:
+    """Run ``python -c script args...`` as rank 0 of a one-process world (so the process group
+    does not outlive the test) and return the JSON object its last stdout line prints."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *map(str, args)],
+        cwd=REPO,
+        env=single_process_dist_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import model_fixtures
 import pytest
-from helpers_dist import single_process_dist_env
+from helpers_dist import run_in_single_process_world
 
 from bench.sft_tiny import build_odland_dataset
 
@@ -44,18 +41,8 @@ def test_zero2_sft_steps_match_plain_adamw(tmp_path: Path, tiny_model_dir: Path)
     leave the same weights and loss as the plain trainer."""
     pytest.importorskip("deepspeed")
     dataset = build_odland_dataset(tmp_path / "data", 16, val_fraction=0.25)
-    env = single_process_dist_env()
     zero2 = REPO / "configs" / "deepspeed" / "zero2.json"
-    done = subprocess.run(
-        [sys.executable, "-c", _SCRIPT, str(dataset), str(tiny_model_dir), str(tmp_path), zero2],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_in_single_process_world(_SCRIPT, dataset, tiny_model_dir, tmp_path, zero2)
     assert result["diff"] < 1e-5
     plain_loss, ds_loss = result["losses"]
     assert ds_loss == pytest.approx(plain_loss, rel=1e-5)

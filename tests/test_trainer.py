@@ -14,7 +14,7 @@ import model_fixtures
 import pytest
 import torch
 import yaml
-from helpers_dist import single_process_dist_env
+from helpers_dist import run_in_single_process_world
 
 from odyssey_core.models.loading import load_model
 from odyssey_core.rl.advantages import ESTIMATORS
@@ -224,17 +224,7 @@ def test_deepspeed_zero2_update_matches_plain_on_cpu(tmp_path: Path, tiny_model_
     zero2 = ROOT / "configs" / "deepspeed" / "zero2.json"
     plain = small_preset(tmp_path, tiny_model_dir, steps=1)
     ds = small_preset(tmp_path, tiny_model_dir, "ds.yaml", steps=1, deepspeed=str(zero2))
-    env = single_process_dist_env()
-    done = subprocess.run(
-        [sys.executable, "-c", _DEEPSPEED_SCRIPT, str(tmp_path), str(plain), str(ds)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_in_single_process_world(_DEEPSPEED_SCRIPT, tmp_path, plain, ds)
     assert result["diff"] < 1e-5
     plain_loss, ds_loss = result["losses"]
     assert ds_loss == pytest.approx(plain_loss, rel=1e-5)
