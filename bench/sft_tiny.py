@@ -1,24 +1,32 @@
 """Benchmark: SFT the tiny random Qwen3-VL on odland frames on CPU, then check what it learnt.
 
     .venv/bin/python bench/sft_tiny.py [--source curate|rule] [--dataset DIR] [--out DIR]
-        [--frames 2000] [--levels 1-1,1-2,1-3] [--max-turns 400] [--max-steps 300]
+        [--frames 2000] [--levels 1-1,...] [--episodes 6] [--explore-prob 0.08]
+        [--balanced-steps N] [--plain-steps N] [--lr LR] [--plain-lr LR]
 
 ``--source curate`` (the default) builds the dataset with the curation stage
-(:mod:`odyssey_core.data`, preset ``configs/curate/tiny.yaml``): the search expert records a
-walkthrough of each level (video + privileged-state sidecar), frames are sampled from it and
-the programmatic teacher annotates them from the sidecar (the buttons are the expert's next
-action). ``--frames`` is the total asked of the sampler; sampling keeps every distinct frame
-the walkthroughs hold when they hold fewer (one video frame per game turn, so at most
-``--max-turns`` per level), and the real count is printed. Walkthroughs already recorded under
-``OUT/curate/walkthroughs`` for the same levels are reused (``--rerecord`` to record again).
+(:mod:`odyssey_core.data`, preset ``configs/curate/odland-2k.yaml``): the search expert plays
+each level several times (the first walkthrough its own line, the others with random detours
+it has to recover from; video + privileged-state sidecar), about 2,000 distinct frames are
+sampled (pHash de-duplication over all walkthroughs) and the programmatic teacher annotates
+them from the sidecar (the buttons are the expert's next action). The flags override the
+preset. Walkthroughs already recorded under ``OUT/curate/walkthroughs`` with the same recording
+settings are reused (``--rerecord`` to record again).
 
 ``--source rule`` is the older offline mode: :func:`build_odland_dataset` plays odland itself
 and annotates with a simple rule on the emulator's state (:func:`rule_teacher`): jump when an
 object is just ahead, keep right while airborne, otherwise run right.
 
-After training it samples answers on the held-out (val) frames and prints the format-valid
-rate, the agreement of the answer buttons with the teacher's next to the majority-class rate,
-and writes the loss curve to ``OUT/loss.png``. Not a test: it takes minutes.
+Training (``configs/sft/tiny.yaml`` with overrides) runs in two stages, both with the vision
+encoder frozen (``vision_lr_scale: 0``): ``--balanced-steps`` with ``answer_balance: sampler``
+(every answer drawn equally often, so the rare jumps weigh as much as running right), then
+``--plain-steps`` on the data as it is, from the first stage's weights, so the model's answer
+prior returns to the real one. ``--balanced-steps 0`` gives a single plain run.
+
+After training it answers the held-out (val) frames, greedy and sampled (temperature 1), and
+prints the format-valid rate, the agreement of the answer buttons with the teacher's (as sets)
+next to the majority-class rate on the same frames, writes the loss curve to ``OUT/loss.png``
+and everything to ``OUT/results.json``. Not a test: it takes minutes.
 """
 
 from __future__ import annotations
@@ -39,15 +47,13 @@ from odyssey_core.protocol import format_response
 
 LOOKAHEAD_PX = 40  # objects closer than this in front of the hero call for a jump
 
-# Defaults of the curate source and the training run (chosen to fit ~25 min on the loaded
-# 2-core development VM; see bench/RESULTS.md).
-DEFAULT_LEVELS = ("1-1", "1-2", "1-3", "2-1", "2-2")
-DEFAULT_EPISODES = 4
-DEFAULT_EXPLORE_PROB = 0.05
-DEFAULT_STEPS = 300
+# Defaults of the curate source and of the two training stages, chosen to fit ~25 min on the
+# shared 2-core development VM (see bench/RESULTS.md).
+CURATE_PRESET = "odland-2k"
+DEFAULT_BALANCED_STEPS = 1200
 DEFAULT_LR = 2e-3
-DEFAULT_BALANCE = "none"
-DEFAULT_BALANCE_POWER = 0.5
+DEFAULT_PLAIN_STEPS = 300
+DEFAULT_PLAIN_LR = 1e-3
 
 
 def rule_teacher(info: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
@@ -141,24 +147,22 @@ def build_odland_dataset(
 
 def curate_odland_dataset(
     out_dir: str | Path,
-    n_frames: int = 2000,
+    n_frames: int | None = None,
     *,
-    levels: tuple[str, ...] = DEFAULT_LEVELS,
-    max_turns: int = 400,
-    episodes: int = 4,
-    explore_prob: float = 0.05,
-    explore_turns: int = 4,
-    phash_threshold: int = 2,
+    preset: str = CURATE_PRESET,
+    levels: tuple[str, ...] | None = None,
+    max_turns: int | None = None,
+    episodes: int | None = None,
+    explore_prob: float | None = None,
+    phash_threshold: int | None = None,
     rerecord: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """Curate odland with ``odyssey_core.data`` (expert walkthroughs, programmatic teacher).
 
-    The tiny curation preset with: the given levels and turn limit, ``episodes`` walkthroughs
-    per level (the first clean, the others with random detours of the expert's play, see
-    :class:`~odyssey_core.data.walkthroughs.RecordConfig`), ``n_frames`` in total split over
-    the levels, every recorded frame a candidate (oversample 3) and the pHash threshold
-    ``phash_threshold`` (2 bits, the preset's: near-duplicates would leak across the
-    frame-hash split). Returns the dataset folder and the counts of each stage.
+    The curation ``preset`` with the given overrides (None keeps the preset's value):
+    ``n_frames`` in total, the levels, turn limit, walkthroughs per level (the first clean,
+    the others with detours at ``explore_prob`` per turn) and pHash threshold. Returns the
+    dataset folder and the counts and times of the stages.
     """
     from odyssey_core.data.cli import (
         load_curate_config,
@@ -169,39 +173,37 @@ def curate_odland_dataset(
         run_validate,
     )
 
-    record = {
-        "agent": "expert",
-        "levels": list(levels),
-        "max_turns": max_turns,
-        "episodes_per_level": episodes,
-        "clean_episodes": 1,
-        "explore_prob": explore_prob if episodes > 1 else 0.0,
-        "explore_turns": explore_turns,
-    }
+    record: dict[str, Any] = {}
+    if levels is not None:
+        record["levels"] = list(levels)
+    if max_turns is not None:
+        record["max_turns"] = max_turns
+    if episodes is not None:
+        record["episodes_per_level"] = episodes
+        if episodes == 1:  # a single walkthrough per level is the clean one
+            record["explore_prob"] = 0.0
+    if explore_prob is not None:
+        record["explore_prob"] = explore_prob
+    sampling: dict[str, Any] = {}
+    if n_frames is not None:
+        sampling["total_frames"] = n_frames
+    if phash_threshold is not None:
+        sampling["phash_threshold"] = phash_threshold
     config = load_curate_config(
-        "tiny",
-        {
-            "record": record,
-            "sampling": {
-                "total_frames": n_frames,
-                "oversample": 3.0,
-                "phash_threshold": phash_threshold,
-            },
-            "teacher": {"name": "programmatic"},
-            "show_progress": False,
-        },
+        preset, {"record": record, "sampling": sampling, "show_progress": False}
     )
     out = Path(out_dir)
     walk_dir = out / "walkthroughs"
+    rec = config.record
     names = [
-        config.record.walkthrough_name(level, episode)
-        for level in levels
-        for episode in range(episodes)
+        rec.walkthrough_name(level, episode)
+        for level in rec.levels
+        for episode in range(rec.episodes_per_level)
     ]
     records = [walk_dir / f"{name}.json" for name in names]
     # Reuse a recording only when it was made with exactly these settings.
     stamp = walk_dir / "bench-record.json"
-    wanted = config.record.model_dump(mode="json")
+    wanted = rec.model_copy(update={"game": config.game}).model_dump(mode="json")
     same = stamp.is_file() and json.loads(stamp.read_text()) == wanted
     record_s = 0.0
     if rerecord or not same or not all(path.is_file() for path in records):
@@ -228,15 +230,21 @@ def curate_odland_dataset(
     for path in walk_dir.glob("*.json"):
         if path not in records and path != stamp:
             path.rename(path.with_suffix(".json.unused"))
-    run_sample(config, out)
+    samples = run_sample(config, out)
     run_annotate(config, out)
     run_validate(config, out)
     dataset = run_build(config, out)
     curate_s = time.perf_counter() - start
     print(f"curated {dataset} in {curate_s:.0f}s (programmatic teacher)")
+    import pyarrow.parquet as pq
+
     counts = {
+        "preset": preset,
+        "levels": list(rec.levels),
         "walkthroughs": len(records),
         "frames_recorded": recorded,
+        "frames_sampled": pq.read_metadata(samples / "samples.parquet").num_rows,
+        "phash_threshold": config.sampling.phash_threshold,
         "record_s": record_s,
         "curate_s": curate_s,
     }
@@ -290,9 +298,9 @@ def evaluate_answers(
     }
 
 
-def plot_losses(metrics_path: Path, png: Path) -> None:
-    """Train (and eval) loss per step; matplotlib if installed, else plain PIL drawing."""
-    records = [json.loads(line) for line in metrics_path.read_text().splitlines() if line]
+def plot_losses(records: list[dict[str, Any]], png: Path, switch: int | None = None) -> None:
+    """Train (and val) loss per step, a dashed line where the second stage starts;
+    matplotlib if installed, else plain PIL drawing."""
     train = [(r["step"], r["loss"]) for r in records if "loss" in r]
     evals = [(r["step"], r["eval_loss"]) for r in records if "eval_loss" in r]
     try:
@@ -301,12 +309,16 @@ def plot_losses(metrics_path: Path, png: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        plt.figure(figsize=(6, 4))
-        plt.plot(*zip(*train, strict=True), label="train")
+        plt.figure(figsize=(7, 4))
+        plt.plot(*zip(*train, strict=True), lw=0.8, label="train (stage 1: weighted draws)")
         if evals:
-            plt.plot(*zip(*evals, strict=True), "o-", label="val")
-        plt.xlabel("step"), plt.ylabel("loss"), plt.yscale("log"), plt.legend()
+            plt.plot(*zip(*evals, strict=True), "o-", ms=3, label="val")
+        if switch:
+            plt.axvline(switch, ls="--", c="grey", label="stage 2: plain data")
+        plt.xlabel("optimizer step"), plt.ylabel("response cross-entropy (nats/token)")
+        plt.yscale("log"), plt.legend(), plt.tight_layout()
         plt.savefig(png, dpi=100)
+        plt.close()
         return
     except ImportError:
         pass
@@ -326,9 +338,36 @@ def plot_losses(metrics_path: Path, png: Path) -> None:
     draw.line([xy(s, v) for s, v in train], fill="blue", width=2)
     if len(evals) > 1:
         draw.line([xy(s, v) for s, v in evals], fill="red", width=2)
+    if switch:
+        draw.line([xy(switch, 10**lo), xy(switch, 10**hi)], fill="grey", width=1)
     draw.text((pad, 10), f"loss (log10 {lo:.2f}..{hi:.2f}); blue train, red val", fill="black")
     draw.text((width - pad - 60, height - pad + 10), f"step {x_max}", fill="black")
     image.save(png)
+
+
+def train_stage(
+    dataset: Path, model_dir: Path, out: Path, overrides: dict[str, Any]
+) -> tuple[Any, list[dict[str, Any]], float]:
+    """One SFT run of the tiny preset with ``overrides``: (result, metric records, seconds)."""
+    from odyssey_core.sft.settings import load_sft_settings
+    from odyssey_core.sft.trainer import SFTTrainer
+
+    settings = load_sft_settings("tiny", {"epochs": 1000, "eval_every": 100, **overrides})
+    trainer = SFTTrainer(settings, dataset, model_dir, out)
+    print(
+        f"  {trainer.total_steps} steps, lr {settings.lr}, answer_balance "
+        f"{settings.answer_balance} (power {settings.answer_balance_power}), "
+        f"vision_lr_scale {settings.vision_lr_scale}"
+    )
+    start = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - start
+    records = [json.loads(x) for x in trainer.metrics_path.read_text().splitlines() if x]
+    print(
+        f"  trained {result.steps} steps in {seconds:.0f}s; last train loss "
+        f"{result.train_loss:.4f}, val loss {result.eval_loss:.4f}"
+    )
+    return result, records, seconds
 
 
 def main() -> None:
@@ -336,19 +375,19 @@ def main() -> None:
     parser.add_argument("--source", choices=("curate", "rule"), default="curate")
     parser.add_argument("--dataset", type=Path, default=None, help="an existing dataset folder")
     parser.add_argument("--out", type=Path, default=Path("out/bench-sft-tiny"))
-    parser.add_argument("--frames", type=int, default=2000, help="frames asked in total")
+    parser.add_argument("--frames", type=int, default=None, help="total (preset: 2000)")
     parser.add_argument("--levels", default=None, help="comma-separated odland levels")
-    parser.add_argument("--max-turns", type=int, default=400, help="per walkthrough (curate)")
-    parser.add_argument("--episodes", type=int, default=DEFAULT_EPISODES, help="per level")
-    parser.add_argument("--explore-prob", type=float, default=DEFAULT_EXPLORE_PROB)
-    parser.add_argument("--phash-threshold", type=int, default=2)
+    parser.add_argument("--max-turns", type=int, default=None, help="per walkthrough")
+    parser.add_argument("--episodes", type=int, default=None, help="walkthroughs per level")
+    parser.add_argument("--explore-prob", type=float, default=None, help="detours per turn")
+    parser.add_argument("--phash-threshold", type=int, default=None)
     parser.add_argument("--rerecord", action="store_true", help="record walkthroughs again")
-    parser.add_argument("--max-steps", "--steps", dest="steps", type=int, default=DEFAULT_STEPS)
-    parser.add_argument("--lr", type=float, default=DEFAULT_LR)
-    parser.add_argument(
-        "--answer-balance", choices=("none", "sampler", "loss"), default=DEFAULT_BALANCE
-    )
-    parser.add_argument("--balance-power", type=float, default=DEFAULT_BALANCE_POWER)
+    parser.add_argument("--balanced-steps", type=int, default=DEFAULT_BALANCED_STEPS)
+    parser.add_argument("--balance-power", type=float, default=1.0)
+    parser.add_argument("--lr", type=float, default=DEFAULT_LR, help="stage 1 peak lr")
+    parser.add_argument("--plain-steps", type=int, default=DEFAULT_PLAIN_STEPS)
+    parser.add_argument("--plain-lr", type=float, default=DEFAULT_PLAIN_LR)
+    parser.add_argument("--vision-lr-scale", type=float, default=0.0)
     parser.add_argument("--eval-frames", type=int, default=0, help="0: every val frame")
     parser.add_argument(
         "--max-new-tokens",
@@ -357,6 +396,8 @@ def main() -> None:
         help="generation budget; 0: the longest teacher answer in tokens plus 32",
     )
     args = parser.parse_args()
+    if args.balanced_steps + args.plain_steps <= 0:
+        parser.error("give --balanced-steps or --plain-steps")
     began = time.perf_counter()
 
     import torch
@@ -366,18 +407,15 @@ def main() -> None:
     from odyssey_core.policy.base import GenerationParams
     from odyssey_core.policy.hf import HFPolicy
     from odyssey_core.sft.data import SFTDataset
-    from odyssey_core.sft.settings import load_sft_settings
-    from odyssey_core.sft.trainer import SFTTrainer
 
     args.out.mkdir(parents=True, exist_ok=True)
     dataset = args.dataset
     counts: dict[str, Any] = {}
     if dataset is None and args.source == "curate":
-        levels = tuple(args.levels.split(",")) if args.levels else DEFAULT_LEVELS
         dataset, counts = curate_odland_dataset(
             args.out / "curate",
             args.frames,
-            levels=levels,
+            levels=tuple(args.levels.split(",")) if args.levels else None,
             max_turns=args.max_turns,
             episodes=args.episodes,
             explore_prob=args.explore_prob,
@@ -387,9 +425,10 @@ def main() -> None:
     elif dataset is None:
         levels = tuple((args.levels or "1-1,1-2,1-3,2-1").split(","))
         start = time.perf_counter()
-        dataset = build_odland_dataset(args.out / "dataset", args.frames, levels=levels)
+        dataset = build_odland_dataset(args.out / "dataset", args.frames or 2000, levels=levels)
         print(f"built {dataset} in {time.perf_counter() - start:.0f}s (rule teacher)")
-    manifest = json.loads((Path(dataset) / "manifest.json").read_text())
+    dataset = Path(dataset)
+    manifest = json.loads((dataset / "manifest.json").read_text())
     counts["frames_in_dataset"] = manifest.get("num_samples", manifest.get("samples"))
     train_rows = SFTDataset(dataset, split="train").samples
     val_rows = SFTDataset(dataset, split="val").samples
@@ -398,33 +437,40 @@ def main() -> None:
         split: dict(Counter(_answer(s.buttons) for s in rows).most_common())
         for split, rows in (("train", train_rows), ("val", val_rows))
     }
-    print(f"dataset {dataset}: {counts['frames_in_dataset']} frames")
+    print(f"dataset {dataset}: {counts}")
     print(f"labels: train {labels['train']}")
     print(f"        val   {labels['val']}")
 
     model_dir = build_tiny_model(args.out / "tiny-model")
-    overrides = {
-        "max_steps": args.steps,
-        "epochs": 100,
-        "lr": args.lr,
-        "answer_balance": args.answer_balance,
-        "answer_balance_power": args.balance_power,
-    }
-    settings = load_sft_settings("tiny", overrides)
-    trainer = SFTTrainer(settings, dataset, model_dir, args.out / "run")
-    print(
-        f"train {len(trainer.train_set)}  val {len(trainer.val_set)}  steps "
-        f"{trainer.total_steps}  lr {settings.lr}  answer_balance {settings.answer_balance}"
-        f" (power {settings.answer_balance_power})"
-    )
-    start = time.perf_counter()
-    result = trainer.train()
-    train_s = time.perf_counter() - start
-    print(
-        f"trained {result.steps} steps in {train_s:.0f}s; "
-        f"last train loss {result.train_loss:.4f}, val loss {result.eval_loss:.4f}"
-    )
-    plot_losses(trainer.metrics_path, args.out / "loss.png")
+    vision = {"vision_lr_scale": args.vision_lr_scale}
+    records: list[dict[str, Any]] = []
+    seconds: dict[str, float] = {}
+    result = None
+    if args.balanced_steps:
+        print("stage 1: answers drawn balanced")
+        stage1 = {
+            "max_steps": args.balanced_steps,
+            "lr": args.lr,
+            "answer_balance": "sampler",
+            "answer_balance_power": args.balance_power,
+            **vision,
+        }
+        result, stage_records, seconds["stage1"] = train_stage(
+            dataset, model_dir, args.out / "stage1", stage1
+        )
+        records += stage_records
+        model_dir = result.final_dir
+    if args.plain_steps:
+        print("stage 2: the data as it is" if args.balanced_steps else "plain SFT")
+        stage2 = {"max_steps": args.plain_steps, "lr": args.plain_lr, **vision}
+        result, stage_records, seconds["stage2"] = train_stage(
+            dataset, model_dir, args.out / "stage2", stage2
+        )
+        offset = args.balanced_steps
+        records += [{**r, "step": r["step"] + offset} for r in stage_records]
+    assert result is not None
+    switch = args.balanced_steps if args.balanced_steps and args.plain_steps else None
+    plot_losses(records, args.out / "loss.png", switch)
 
     # Held-out answers: greedy, and sampled as a rollout would (temperature 1).
     val = val_rows[: args.eval_frames or None]
@@ -449,20 +495,23 @@ def main() -> None:
             f"(on {majority} frames {r['recall_majority']:.1%}, on the other "
             f"{r['n_other']} {r['recall_other']:.1%})  answers {r['predicted']}"
         )
-    eval_s = time.perf_counter() - start
+    seconds["eval"] = time.perf_counter() - start
     print(f"majority class {majority} (from train) on the same val frames: {majority_rate:.1%}")
-    total_s = time.perf_counter() - began
-    print(f"evaluated in {eval_s:.0f}s; total {total_s:.0f}s; loss curve: {args.out / 'loss.png'}")
+    seconds["total"] = time.perf_counter() - began
+    print(
+        f"evaluated in {seconds['eval']:.0f}s; total {seconds['total']:.0f}s; "
+        f"loss curve: {args.out / 'loss.png'}"
+    )
     summary = {
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "counts": counts,
         "labels": labels,
-        "train_loss": result.train_loss,
-        "val_loss": result.eval_loss,
+        "final_train_loss": result.train_loss,
+        "final_val_loss": result.eval_loss,
         "majority": majority,
         "majority_rate": majority_rate,
         "decodings": decodings,
-        "seconds": {"train": train_s, "eval": eval_s, "total": total_s},
+        "seconds": seconds,
     }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2))
 

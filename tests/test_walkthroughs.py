@@ -232,3 +232,12 @@ def test_detour_leading_to_a_death_is_undone(tmp_path: Path, monkeypatch) -> Non
     assert greys == progress  # the frames of undone detours left the video too
     states = sorted((tmp_path / f"{walk.name}.states").iterdir())
     assert len(states) == len(rows)  # and their save states were deleted
+
+
+def test_odland_2k_preset_records_varied_walkthroughs() -> None:
+    from odyssey_core.data.cli import load_curate_config
+
+    config = load_curate_config("odland-2k")
+    record = config.record
+    assert record.episodes_per_level > record.clean_episodes == 1 and record.explore_prob > 0
+    assert config.sampling.total_frames == 2000 and config.teacher.name == "programmatic"
