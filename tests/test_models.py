@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from model_fixtures import make_observations
 from safetensors.torch import load_file
 
+from odyssey_core.envs import make_env
 from odyssey_core.models.loading import CheckpointError, load_model, load_processor
 from odyssey_core.models.processor import OdysseyVLProcessor, prepare_frame
 from odyssey_core.models.tiny import SPECIAL_TOKENS, build_tiny_model
@@ -43,6 +44,43 @@ def test_tiny_build_is_deterministic(tiny_model_dir: Path, tmp_path: Path) -> No
     other = build_tiny_model(tmp_path / "other", seed=1)
     weights = load_file(other / "model.safetensors")
     assert any(not torch.equal(first[n], weights[n]) for n in first)
+
+
+def _frame_spread(model_dir: Path, frames: list[np.ndarray]) -> float:
+    """How much the vision tower's output varies across ``frames``, relative to its norm."""
+    model, processor = load_model(model_dir), load_processor(model_dir)
+    inputs = processor.image_processor(images=frames, return_tensors="pt")
+    with torch.no_grad():
+        out = model.model.visual(inputs["pixel_values"], grid_thw=inputs["image_grid_thw"])
+    features = out.pooler_output.reshape(len(frames), -1, out.pooler_output.shape[-1])
+    return float(features.std(dim=0).mean() / features.norm(dim=-1).mean())
+
+
+def test_zero_mean_patches_let_the_random_tower_tell_frames_apart(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    centred = build_tiny_model(tmp_path / "centred", seed=0, zero_mean_patches=True)
+    default, zero_mean = (
+        load_file(tiny_model_dir / "model.safetensors"),
+        load_file(centred / "model.safetensors"),
+    )
+    name = "model.visual.patch_embed.proj.weight"
+    assert zero_mean[name].sum(dim=(1, 2, 3, 4)).abs().max() < 1e-5
+    assert not torch.equal(default[name], zero_mean[name])
+    assert all(torch.equal(default[n], zero_mean[n]) for n in default if n != name)
+    # Frames of the real emulator: a mostly flat sky and ground, a few sprites and tiles.
+    env = make_env("odland-1-1")
+    obs, _ = env.reset(seed=0)
+    frames = []
+    for i in range(8):
+        for _ in range(4):
+            obs, _, terminated, truncated, _ = env.step(("a", "right") if i % 2 else ("right",))
+            if terminated or truncated:
+                obs, _ = env.reset(seed=i)
+        frames.append(obs.image)
+    env.close()
+    spread, default_spread = _frame_spread(centred, frames), _frame_spread(tiny_model_dir, frames)
+    assert spread > 1.5 * default_spread  # measured: 2.1x on these frames
 
 
 def test_tiny_model_is_small_and_consistent(tiny_model_dir: Path) -> None:
@@ -210,6 +248,13 @@ def test_cli_init_tiny(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     for name in ("config.json", "model.safetensors", "tokenizer.json", "processor_config.json"):
         assert (tmp_path / "cli" / name).is_file()
+    result = CliRunner().invoke(
+        model_group, ["init-tiny", str(tmp_path / "zm"), "--seed", "3", "--zero-mean-patches"]
+    )
+    assert result.exit_code == 0, result.output
+    weights = load_file(tmp_path / "zm" / "model.safetensors")
+    filters = weights["model.visual.patch_embed.proj.weight"]
+    assert filters.sum(dim=(1, 2, 3, 4)).abs().max() < 1e-5
 
 
 # ----------------------------------------------------------------------------- LoRA

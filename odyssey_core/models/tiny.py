@@ -247,12 +247,20 @@ def tiny_config(tokenizer: Any) -> Any:
     )
 
 
-def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
+def build_tiny_model(
+    out_dir: str | Path, seed: int = 0, *, zero_mean_patches: bool = False
+) -> Path:
     """Write a tiny random Qwen3-VL checkpoint (weights, config, processor) to ``out_dir``.
 
     Deterministic: the same ``seed`` gives byte-identical tokenizer files and identical
     weights. Returns the folder, which :func:`odyssey_core.models.load_model` and
     :func:`odyssey_core.models.load_processor` accept like any real checkpoint.
+
+    ``zero_mean_patches`` makes every patch-embedding filter sum to zero. A random filter
+    otherwise mostly measures a patch's mean brightness, and on game frames (a flat
+    background almost everywhere) that constant swamps the sprites: the default tower's
+    output varies across frames by ~2% of its norm, the zero-mean one by ~4x more, which
+    is what lets a frozen random tower tell frames apart (see bench/RESULTS.md, SFT).
     """
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
@@ -269,6 +277,10 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0) -> Path:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = Qwen3VLForConditionalGeneration(config)
+    if zero_mean_patches:
+        with torch.no_grad():
+            weight = model.model.visual.patch_embed.proj.weight  # (out, c, t, h, w)
+            weight -= weight.mean(dim=(1, 2, 3, 4), keepdim=True)
     model.generation_config = GenerationConfig(
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,
