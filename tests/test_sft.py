@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bench.sft_tiny import build_odland_dataset
+from bench.sft_tiny import build_odland_dataset, mcnemar_exact_p
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.hf import END_OF_TURN
 from odyssey_core.sft.data import (
@@ -338,3 +338,13 @@ def test_vision_lr_scale_slows_or_freezes_the_vision_tower(
     moved = {n for n, p in frozen.model.named_parameters() if not torch.equal(p, before[n])}
     assert moved and not any(".visual." in f".{n}" for n in moved)
     assert "model.language_model.embed_tokens.weight" in moved
+
+
+def test_bench_mcnemar_exact_p_by_hand() -> None:
+    # 10 discordant frames all won: 2 * (1/2)^10.
+    assert mcnemar_exact_p(10, 0) == pytest.approx(2 / 1024)
+    assert mcnemar_exact_p(0, 10) == pytest.approx(2 / 1024)
+    # 3 won, 1 lost: 2 * (C(4,0) + C(4,1)) / 2^4 = 10/16.
+    assert mcnemar_exact_p(3, 1) == pytest.approx(10 / 16)
+    assert mcnemar_exact_p(2, 2) == 1.0  # a tie caps at 1
+    assert mcnemar_exact_p(0, 0) == 1.0  # no discordant frame: no evidence
