@@ -395,6 +395,45 @@ def train_stage(
     return result, records, seconds
 
 
+def cnn_reference(
+    train_rows: list[Any], val_rows: list[Any], epochs: int = 30, seed: int = 0
+) -> float:
+    """Val accuracy of a small CNN trained straight on frame -> answer class: a rough ceiling
+    of how well the teacher's next action can be told from a single frame (the expert also
+    acts on timing and momentum the frame does not show)."""
+    import torch
+    from torch import nn
+
+    classes = sorted({_answer(s.buttons) for s in train_rows + val_rows})
+    index = {c: i for i, c in enumerate(classes)}
+
+    def tensors(rows: list[Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        frames = [np.asarray(Image.fromarray(s.image()).convert("L"), np.float32) for s in rows]
+        x = torch.tensor(np.stack(frames) / 255.0).unsqueeze(1)
+        return x, torch.tensor([index[_answer(s.buttons)] for s in rows])
+
+    (x_train, y_train), (x_val, y_val) = tensors(train_rows), tensors(val_rows)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        net = nn.Sequential(
+            nn.Conv2d(1, 16, 8, 4), nn.ReLU(),
+            nn.Conv2d(16, 32, 4, 2), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, 1), nn.ReLU(),
+            nn.Flatten(), nn.LazyLinear(128), nn.ReLU(), nn.Linear(128, len(classes)),
+        )  # fmt: skip
+        net(x_train[:1])
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        for batch in torch.randperm(len(x_train), generator=generator).split(64):
+            loss = nn.functional.cross_entropy(net(x_train[batch]), y_train[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    with torch.no_grad():
+        return float((net(x_val).argmax(1) == y_val).float().mean())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", choices=("curate", "rule"), default="curate")
@@ -421,6 +460,11 @@ def main() -> None:
     parser.add_argument("--plain-lr", type=float, default=DEFAULT_PLAIN_LR)
     parser.add_argument("--vision-lr-scale", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0, help="training seed (draw order)")
+    parser.add_argument(
+        "--cnn-reference",
+        action="store_true",
+        help="only train a small CNN on frame -> answer and print its val accuracy",
+    )
     parser.add_argument("--eval-frames", type=int, default=0, help="0: every val frame")
     parser.add_argument(
         "--max-new-tokens",
@@ -473,6 +517,12 @@ def main() -> None:
     print(f"dataset {dataset}: {counts}")
     print(f"labels: train {labels['train']}")
     print(f"        val   {labels['val']}")
+    if args.cnn_reference:
+        majority = Counter(_answer(s.buttons) for s in train_rows).most_common(1)[0][0]
+        rate = sum(_answer(s.buttons) == majority for s in val_rows) / len(val_rows)
+        accuracy = cnn_reference(train_rows, val_rows)
+        print(f"CNN frame -> answer, val accuracy {accuracy:.1%} (majority class {rate:.1%})")
+        return
 
     model_dir = args.model or build_tiny_model(
         args.out / "tiny-model", zero_mean_patches=not args.default_patches
