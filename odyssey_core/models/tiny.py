@@ -259,7 +259,7 @@ def build_tiny_model(
     ``zero_mean_patches`` makes every patch-embedding filter sum to zero. A random filter
     otherwise mostly measures a patch's mean brightness, and on game frames (a flat
     background almost everywhere) that constant swamps the sprites: the default tower's
-    output varies across frames by ~2% of its norm, the zero-mean one by ~4x more, which
+    output varies across odland frames by ~2% of its norm, the zero-mean one's by ~4%, which
     is what lets a frozen random tower tell frames apart (see bench/RESULTS.md, SFT).
     """
     import torch
