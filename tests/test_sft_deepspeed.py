@@ -6,13 +6,11 @@ from pathlib import Path
 
 import model_fixtures
 import pytest
-from helpers_dist import run_in_single_process_world
+from helpers_dist import REPO, run_in_single_process_world
 
 from bench.sft_tiny import build_odland_dataset
 
 tiny_model_dir = model_fixtures.tiny_model_dir
-
-REPO = Path(__file__).resolve().parent.parent
 
 # Both runs in one subprocess, so the process group DeepSpeed starts does not outlive the test.
 _SCRIPT = """

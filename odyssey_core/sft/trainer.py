@@ -46,7 +46,7 @@ from odyssey_core.common.checkpointing import (
     restore_rng_state,
 )
 from odyssey_core.policy.hf import HFPolicy
-from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, SFTSample, answer_weights
+from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, answer_weights
 from odyssey_core.sft.settings import SFTSettings
 
 __all__ = [
@@ -286,9 +286,6 @@ class SFTTrainer:
         if self.index >= len(order):
             self.epoch, self.index = self.epoch + 1, 0
         return [int(i) for i in chosen[self.rank :: self.world_size]]
-
-    def _next_batch(self) -> list[SFTSample]:
-        return [self.train_set[i] for i in self._next_indices()]
 
     def _loss_weights(self, indices: Sequence[int]) -> torch.Tensor | None:
         """Per-row token weights of ``answer_balance: loss`` (None: unweighted)."""
