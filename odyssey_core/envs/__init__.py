@@ -7,7 +7,8 @@
 """
 
 from odyssey_core.envs.base import Observation, StepResult, TurnEnv
-from odyssey_core.envs.registry import ENVIRONMENTS, EnvSpec, list_envs, make_env, register_env
+from odyssey_core.envs.registry import ENVIRONMENTS, list_envs, make_env, register_env
+from odyssey_core.envs.spec import EnvSpec
 
 __all__ = [
     "ENVIRONMENTS",

@@ -1,34 +1,45 @@
 """The environment registry: every environment has a name such as ``odland-1-1``.
 
-Registering a name imports nothing heavy; the emulator loads when an environment is made.
-The same names are registered with Gymnasium under the ``odyssey/`` namespace.
+The built-in environments are data: each env package lists its :class:`EnvSpec` entries in
+its own ``specs.py`` (``PYBOY_ENVS``, ``CARDS_ENVS``, ``ALFWORLD_ENVS``), which imports nothing
+from this module; this module reads those tables and registers them. Registering a name
+imports nothing heavy; the emulator (or alfworld) loads when an environment is made. The same
+names are registered with Gymnasium under the ``odyssey/`` namespace.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium
 
 from odyssey_core.common.registry import Registry, import_object
+from odyssey_core.envs.alfworld.specs import ALFWORLD_ENVS
 from odyssey_core.envs.base import TurnEnv
+from odyssey_core.envs.cards.specs import CARDS_ENVS
+from odyssey_core.envs.pyboy.specs import PYBOY_ENVS
+from odyssey_core.envs.spec import EnvSpec
+
+__all__ = [
+    "BUILTIN_ENVS",
+    "ENVIRONMENTS",
+    "GYM_NAMESPACE",
+    "EnvSpec",
+    "list_envs",
+    "make_env",
+    "register_env",
+]
 
 GYM_NAMESPACE = "odyssey"
 
-
-@dataclass(frozen=True)
-class EnvSpec:
-    name: str
-    entry_point: str  # "module:factory"
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    description: str = ""
-
+#: every built-in environment, in registration order
+BUILTIN_ENVS: tuple[EnvSpec, ...] = (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS)
 
 ENVIRONMENTS: Registry[EnvSpec] = Registry("environment")
 
 
 def register_env(spec: EnvSpec, *, gym: bool = True) -> EnvSpec:
+    """Add ``spec`` to :data:`ENVIRONMENTS` (and to Gymnasium as ``odyssey/<name>``)."""
     ENVIRONMENTS.register(spec.name, spec)
     if gym:
         gymnasium.register(
@@ -50,30 +61,6 @@ def list_envs() -> list[EnvSpec]:
     return [ENVIRONMENTS.get(name) for name in ENVIRONMENTS.names()]
 
 
-def _register_builtin() -> None:
-    from odyssey_core.envs.pyboy.levels import MARIO_LEVELS, ODLAND_LEVELS
-
-    for game, levels, what in (
-        ("odland", ODLAND_LEVELS, "odland (open, packaged ROM)"),
-        ("mario", MARIO_LEVELS, "Super Mario Land (your ROM via ODYSSEY_SML_ROM)"),
-    ):
-        for level in levels:
-            register_env(
-                EnvSpec(
-                    name=f"{game}-{level}",
-                    entry_point="odyssey_core.envs.pyboy.factory:make_gameboy_env",
-                    kwargs={"game": game, "level": level},
-                    description=f"{what} level {level}",
-                )
-            )
-
-    from odyssey_core.envs.cards import register_cards_envs
-
-    register_cards_envs()
-
-    from odyssey_core.envs.alfworld import register_alfworld_envs
-
-    register_alfworld_envs()  # imports nothing from alfworld until an env is made
-
-
-_register_builtin()
+for _spec in BUILTIN_ENVS:
+    register_env(_spec)
+del _spec
