@@ -11,7 +11,6 @@ from odyssey_core.policy.base import (
     PolicyBackend,
     make_policy,
 )
-from odyssey_core.policy.masks import token_char_offsets, token_masks
 
 __all__ = [
     "BACKENDS",
@@ -19,6 +18,4 @@ __all__ = [
     "GenerationParams",
     "PolicyBackend",
     "make_policy",
-    "token_char_offsets",
-    "token_masks",
 ]

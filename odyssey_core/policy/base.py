@@ -23,7 +23,6 @@ from pydantic import Field
 from odyssey_core.common.registry import Registry
 from odyssey_core.config import StrictModel
 from odyssey_core.envs.base import Observation
-from odyssey_core.protocol import ParsedResponse
 
 __all__ = ["BACKENDS", "Generation", "GenerationParams", "PolicyBackend", "make_policy"]
 
@@ -52,14 +51,17 @@ class GenerationParams(StrictModel):
 
 @dataclass
 class Generation:
-    """One sampled answer, with what a trainer needs to score it again."""
+    """One sampled answer, with what a trainer needs to score it again.
+
+    Backends return text, ids, log-probs and the finish reason; they never parse the text.
+    The recipe's ``protocol.RESPONSE_FORMATS`` entry does (``parse``, ``token_masks``).
+    """
 
     text: str  # the decoded response, special tokens (e.g. <|im_end|>) removed
     prompt_ids: list[int]  # the prompt tokens, image placeholders expanded, no padding
     response_ids: list[int]  # sampled tokens, no padding, ending with the eos token if produced
     logprobs: list[float]  # log pi(token) at the sampling temperature, one per response token
     finish_reason: FinishReason  # "stop": eos or a stop string; "length": max_new_tokens hit
-    parsed: ParsedResponse
     prompt_text: str = ""  # the chat-templated prompt before image expansion (for logs)
     extra: dict[str, Any] = field(default_factory=dict)
 

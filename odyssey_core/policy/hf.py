@@ -23,7 +23,7 @@ from odyssey_core.envs.base import Observation
 from odyssey_core.models.loading import ModelConfig, load_model, load_processor
 from odyssey_core.models.processor import prepare_frame
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt, parse_response
+from odyssey_core.protocol import get_system_prompt
 
 __all__ = ["HFPolicy"]
 
@@ -275,7 +275,6 @@ class HFPolicy(PolicyBackend):
                     response_ids=responses[b],
                     logprobs=logprobs[b],
                     finish_reason=finish[b] or "length",
-                    parsed=parse_response(text),
                     prompt_text=texts[b],
                 )
             )
@@ -328,12 +327,16 @@ class HFPolicy(PolicyBackend):
         images: Sequence[np.ndarray | Image.Image],
         temperature: float = 1.0,
         micro_batch_size: int = 4,
+        entropies: list[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         """Log-probs ``log_softmax(logits / T)[token]`` of each response token given its prompt.
 
         The same quantity ``generate`` reports (``temperature=0`` is read as 1, as there).
         Runs in micro-batches of ``micro_batch_size`` items; under ``torch.enable_grad`` with
         trainable weights the returned tensors (float32, one per item) carry gradients.
+        When a list is passed as ``entropies``, it receives each item's exact per-token
+        entropy ``-sum_v p_v log p_v`` of the same distribution (with gradients): an entropy
+        bonus needs the full distribution, not the sampled tokens' log-probs.
         """
         if not len(prompt_ids) == len(response_ids) == len(images):
             raise ValueError("prompt_ids, response_ids and images must have the same length")
@@ -347,6 +350,7 @@ class HFPolicy(PolicyBackend):
                     response_ids[start:stop],
                     images[start:stop],
                     temperature,
+                    entropies,
                 )
             )
         return results
@@ -357,6 +361,7 @@ class HFPolicy(PolicyBackend):
         response_ids: Sequence[Sequence[int]],
         images: Sequence[np.ndarray | Image.Image],
         temperature: float,
+        entropies: list[torch.Tensor] | None = None,
     ) -> list[torch.Tensor]:
         device = self.device
         sequences = [list(p) + list(r) for p, r in zip(prompt_ids, response_ids, strict=True)]
@@ -397,4 +402,9 @@ class HFPolicy(PolicyBackend):
             targets = torch.tensor(list(response), dtype=torch.long, device=device)
             rows = token_logprobs[b, longest - n :]
             results.append(rows.gather(1, targets[:, None])[:, 0])
+        if entropies is not None:
+            for b, response in enumerate(response_ids):
+                n = len(response)
+                rows = token_logprobs[b, longest - n :] if n else token_logprobs.new_zeros(0, 1)
+                entropies.append(-(rows.exp() * rows).sum(dim=-1))
         return results

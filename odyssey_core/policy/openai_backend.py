@@ -46,7 +46,7 @@ from PIL import Image
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt, parse_response
+from odyssey_core.protocol import get_system_prompt
 
 __all__ = [
     "OpenAIBackendError",
@@ -415,7 +415,6 @@ class OpenAIPolicy(PolicyBackend):
             response_ids=response_ids,
             logprobs=logprobs,
             finish_reason="length" if raw_finish == "length" else "stop",
-            parsed=parse_response(text),
             prompt_text=f"{self.system_prompt}\n<image>\n{observation.text}",
             extra={
                 "finish_reason": raw_finish,

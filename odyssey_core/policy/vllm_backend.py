@@ -23,7 +23,7 @@ from typing import Any
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt, parse_response
+from odyssey_core.protocol import get_system_prompt
 
 __all__ = ["VLLM_INSTALL_HINT", "VLLMPolicy", "import_vllm", "sampling_kwargs"]
 
@@ -155,7 +155,6 @@ class VLLMPolicy(PolicyBackend):
             response_ids=token_ids,
             logprobs=logprobs,
             finish_reason="length" if completion.finish_reason == "length" else "stop",
-            parsed=parse_response(completion.text),
             prompt_text=prompt_text,
             extra={"finish_reason": completion.finish_reason},
         )

@@ -1,9 +1,7 @@
-"""Per-token masks that split a response into its thought and its action.
+"""Where each response token sits in the response text, and per-token masks from char spans.
 
-The parser reports character spans (``thought_span``: the perception/reasoning blocks,
-``answer_span``: the ``<answer>...</answer>`` block). Trainers want them per token, e.g. to
-weight the action tokens differently or to apply a format loss on the thought. A token
-belongs to a span when its characters overlap the span.
+A response format reports character spans (the thought, the action); trainers want them per
+token, e.g. to weight the action tokens differently or to apply a format loss on the thought.
 
 Character offsets come from the fast tokenizer's offset mapping when re-tokenizing the text
 gives back exactly the sampled ids (the usual case). A model may sample a non-canonical
@@ -15,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from odyssey_core.protocol import ParsedResponse
+__all__ = ["span_token_masks", "token_char_offsets", "token_start_offsets"]
 
-__all__ = ["token_char_offsets", "token_masks"]
+Span = tuple[int, int]
 
 
 def token_char_offsets(
@@ -56,27 +54,25 @@ def token_char_offsets(
     return result
 
 
-def _overlaps(token: tuple[int, int], span: tuple[int, int] | None) -> bool:
+def token_start_offsets(response_ids: Sequence[int], tokenizer: Any) -> list[int]:
+    """The character offset where each token starts in the decoded response: the length of
+    the decoded prefix before it (special tokens skipped)."""
+    ids = [int(i) for i in response_ids]
+    return [len(tokenizer.decode(ids[:k], skip_special_tokens=True)) for k in range(len(ids))]
+
+
+def _overlaps(token: Span, span: Span | None) -> bool:
     if span is None:
         return False
     start, end = token
     return start < end and start < span[1] and end > span[0]
 
 
-def token_masks(
-    response_text: str,
-    response_ids: Sequence[int],
-    tokenizer: Any,
-    parsed: ParsedResponse,
+def span_token_masks(
+    offsets: Sequence[Span], thought_span: Span | None, action_span: Span | None
 ) -> tuple[list[bool], list[bool]]:
-    """``(thought_mask, action_mask)``: one bool per response token.
-
-    ``parsed`` must come from ``parse_response(response_text)`` so its spans index the same
-    string. Both masks are false for whitespace between blocks, the eos token and text outside
-    the tags; a (rare) token straddling the end of the thought and the start of the answer is
-    in both.
-    """
-    offsets = token_char_offsets(response_text, response_ids, tokenizer)
-    thought = [_overlaps(o, parsed.thought_span) for o in offsets]
-    action = [_overlaps(o, parsed.answer_span) for o in offsets]
+    """``(thought_mask, action_mask)``: a token is in a span when its characters overlap it
+    (empty tokens, such as a final special token, are in neither)."""
+    thought = [_overlaps(o, thought_span) for o in offsets]
+    action = [_overlaps(o, action_span) for o in offsets]
     return thought, action
