@@ -44,10 +44,11 @@ import torch
 import yaml
 
 from odyssey_core.config import config_dir, deep_merge
-from odyssey_core.gtr.evaluation import GTREvaluation, evaluate_gtr_policy
-from odyssey_core.gtr.settings import GTRSettings, load_gtr_settings
-from odyssey_core.gtr.trainer import GTRTrainer
+from odyssey_core.recipes.gtr.evaluation import GTREvaluation, evaluate_gtr_policy
+from odyssey_core.recipes.gtr.settings import GTRSettings, load_gtr_settings
+from odyssey_core.recipes.gtr.train import build_trainer
 from odyssey_core.rl.checkpoint import policy_dir
+from odyssey_core.rl.trainer import Trainer
 
 EVAL_SEED = 2**40  # far from every training deal (training seeds are seed * 1000003 + k)
 VARIANTS = ("rl_only", "gtr")
@@ -96,8 +97,8 @@ def settings_for(
     return load_gtr_settings(preset, overrides)
 
 
-def evaluate(trainer: GTRTrainer, args: argparse.Namespace) -> GTREvaluation:
-    s = trainer.settings
+def evaluate(trainer: Trainer, args: argparse.Namespace) -> GTREvaluation:
+    s = GTRSettings.model_validate(trainer.config.config_dump)
     return evaluate_gtr_policy(
         trainer.policy,
         s.rollout.env,
@@ -109,7 +110,7 @@ def evaluate(trainer: GTRTrainer, args: argparse.Namespace) -> GTREvaluation:
     )
 
 
-def train_for(trainers: dict[str, GTRTrainer], budget_s: float) -> dict[str, dict[str, Any]]:
+def train_for(trainers: dict[str, Trainer], budget_s: float) -> dict[str, dict[str, Any]]:
     """Interleave one step of each trainer until each has used ``budget_s`` of step time."""
     spent = dict.fromkeys(trainers, 0.0)
     history: dict[str, list[dict[str, float]]] = {name: [] for name in trainers}
@@ -149,19 +150,19 @@ def run_env(env: str, base: Path, work: Path, args: argparse.Namespace) -> dict[
     warm_settings = warm_settings.model_copy(
         update={"sft": warm_settings.sft.model_copy(update={"target": "full_response"})}
     )
-    warm = GTRTrainer.from_settings(warm_settings, work / "warm")
+    warm = build_trainer(warm_settings, work / "warm")
     warm_run = train_for({"warm": warm}, args.warmup_s)["warm"]
     checkpoint = warm.save()
     results: dict[str, Any] = {"warm": {"evaluation": evaluate(warm, args), **warm_run}}
     results["warm"]["sft_loss"] = (
-        warm_run["history"][0].get("sft/loss", math.nan),
-        warm_run["history"][-1].get("sft/loss", math.nan),
+        warm_run["history"][0].get("sft/loss_per_token", math.nan),
+        warm_run["history"][-1].get("sft/loss_per_token", math.nan),
     )
     warm.close()
     # 2. both variants from the warm weights, interleaved under one budget
     start = policy_dir(checkpoint)
     trainers = {
-        name: GTRTrainer.from_settings(
+        name: build_trainer(
             settings_for(ablations / f"{name}.yaml", env, start, args, args.lr), work / name
         )
         for name in VARIANTS
@@ -240,7 +241,7 @@ def main() -> None:
     # One thread: the tiny model gains nothing from more, and on a busy 2-core machine OpenMP
     # threads waiting on each other make every small matmul many times slower.
     torch.set_num_threads(1)
-    logging.getLogger("odyssey_core.gtr.trainer").setLevel(logging.ERROR)  # collapse warnings
+    logging.getLogger("odyssey_core.recipes.gtr.train").setLevel(logging.ERROR)  # collapse warnings
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.out or Path(tmp)

@@ -11,8 +11,8 @@
    ``right``; three stand still and two walk back.
 2. Evaluate the warm checkpoint: ``--episodes`` episodes of ``--eval-turns`` turns, sampled at
    temperature 1 from fixed seeds; mean progress at the last turn +- standard error.
-3. For each estimator (ppo_critic_pos, grpo_outcome, reinforce_pp): a fresh RLTrainer from the
-   warm checkpoint, trained for the same ``--budget-s`` seconds of RL steps (the critic
+3. For each estimator (ppo_critic_pos, grpo_outcome, reinforce_pp): a fresh Odysseus trainer from
+   the warm checkpoint, trained for the same ``--budget-s`` seconds of RL steps (the critic
    warm-up of ppo_critic_pos included, the evaluations not), with the same evaluation (same
    episodes, seeds, turns, temperature) after half the budget and at the end. Printed side by
    side: steps, progress at half and after, the difference and its z-score against the
@@ -40,8 +40,13 @@ import numpy as np
 import torch
 
 from odyssey_core.agents.expert import DEFAULT_ACTIONS
-from odyssey_core.rl.train_settings import ESTIMATORS_WITH_VALUES, RLTrainSettings
-from odyssey_core.rl.trainer import RLTrainer, build_policy, build_vector_env
+from odyssey_core.protocol.formats import RESPONSE_FORMATS
+from odyssey_core.recipes.odysseus.settings import RLTrainSettings
+from odyssey_core.recipes.odysseus.train import build_trainer, build_vector_env, gameboy_info_extras
+from odyssey_core.rl.advantages import ESTIMATORS
+from odyssey_core.rl.policy import build_policy
+from odyssey_core.rl.trainer import Trainer
+from odyssey_core.rollout.collector import Collector
 
 LEVEL = "odland-1-1"
 MIX = DEFAULT_ACTIONS  # the expert's eight actions, normalised button order
@@ -116,7 +121,7 @@ def settings_for(
     model_dir: Path, estimator: str, args: argparse.Namespace, *, evaluation: bool = False
 ) -> RLTrainSettings:
     # The critic warm-up holds the actor back; only the estimators that read V(o_t) need it.
-    critic_warmup = args.critic_warmup if estimator in ESTIMATORS_WITH_VALUES else 0
+    critic_warmup = args.critic_warmup if ESTIMATORS.get(estimator).needs_values else 0
     return RLTrainSettings.model_validate(
         {
             "seed": args.seed,
@@ -148,12 +153,17 @@ def settings_for(
 def evaluate(policy: Any, settings: RLTrainSettings) -> dict[str, Any]:
     """Progress after ``max_turns`` turns over ``num_trajectories`` sampled episodes from the
     fixed EVAL_SEED: mean, standard error, and what the policy pressed."""
-    from odyssey_core.rollout.collector import RolloutCollector
-
     r = settings.rollout
     vector_env = build_vector_env(settings)
     try:
-        collector = RolloutCollector(vector_env, policy, r.generation, max_turns=r.max_turns)
+        collector = Collector(
+            vector_env,
+            policy,
+            r.generation,
+            max_turns=r.max_turns,
+            response_format=RESPONSE_FORMATS.get("odysseus"),
+            info_extras=gameboy_info_extras,
+        )
         batch, _ = collector.collect(
             r.num_trajectories, levels=[LEVEL] * r.num_trajectories, seed=EVAL_SEED
         )
@@ -182,7 +192,7 @@ def describe(name: str, result: dict[str, Any]) -> str:
 
 
 def train_for(
-    trainer: RLTrainer, budget_s: float, midpoint: Callable[[], None] | None = None
+    trainer: Trainer, budget_s: float, midpoint: Callable[[], None] | None = None
 ) -> list[dict[str, float]]:
     """RL steps until ``budget_s`` seconds of training have passed; ``midpoint()`` (an
     evaluation, not counted in the budget) runs once after half of it."""
@@ -271,15 +281,15 @@ def main() -> None:
 
     eval_settings = settings_for(warm, "ppo_critic_pos", args, evaluation=True)
     t0 = time.perf_counter()
-    before = evaluate(build_policy(eval_settings, work), eval_settings)
+    before = evaluate(build_policy(eval_settings.model, None, work, game="odland"), eval_settings)
     t_eval = time.perf_counter() - t0
     print(describe("before RL", before) + f"  ({t_eval:.0f}s)", flush=True)
 
     rows = []
     for estimator in args.estimators.split(","):
         settings = settings_for(warm, estimator, args)
-        policy = build_policy(settings, work)
-        trainer = RLTrainer(settings, policy, build_vector_env(settings), work / estimator)
+        trainer = build_trainer(settings, work / estimator)
+        policy = trainer.policy
         print(f"{estimator}: {args.budget_s:.0f}s of RL", flush=True)
         half: dict[str, Any] = {}
 

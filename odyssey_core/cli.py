@@ -90,8 +90,8 @@ def _attach_groups() -> None:
     from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
+    from odyssey_core.recipes.odysseus.cli import train_command
     from odyssey_core.registry.cli import registry_group
-    from odyssey_core.rl.cli import train_command
     from odyssey_core.serve.cli import serve_command
     from odyssey_core.sft.cli import sft_command
 

@@ -1,12 +1,17 @@
-"""Turn-level advantage estimators (Odysseus paper, Appendix C.1), one screen per idea.
+"""Advantage estimators, one screen per idea: the seven turn-level estimators of the Odysseus
+paper (Appendix C.1) and GAE (GTR, after RL4VLM's PPO).
 
-Every estimator has the signature ``fn(rewards, values, episode_ids, gamma) -> (advantages,
-returns)`` over N turns: 1-D float tensors, ``episode_ids`` long, the turns of an episode
-contiguous and in time order, ``values`` None where the estimator needs none.
+Every registered estimator has one signature over the batch, ``fn(batch, settings) ->
+(advantages, returns)``: ``batch`` is a :class:`~odyssey_core.rollout.batch.TurnBatch` (or any
+:class:`AdvantageInputs`): 1-D float ``rewards``, long ``episode_ids`` with the turns of an
+episode contiguous and in time order, ``values`` where the entry needs them; ``settings`` is
+an :class:`AdvantageSettings`. Each :class:`Estimator` entry carries its own metadata:
+whether it reads V(o_t) (``needs_values``) and whether it compares episodes within groups
+(``grouped``, which reads ``batch.group_id``).
 
-Shared conventions:
-- ``returns`` is always the discounted return-to-go R_t = sum_{i>=t} gamma^(i-t) r_i inside
-  the episode, with no bootstrap after its last turn.
+Shared conventions of the Odysseus estimators:
+- ``returns`` is the discounted return-to-go R_t = sum_{i>=t} gamma^(i-t) r_i inside the
+  episode, with no bootstrap after its last turn.
 - sigma is the population standard deviation (no Bessel correction) and every division is by
   (sigma + EPS), so a constant batch gives zeros, not NaNs.
 - "Over the batch" means over all N turns unless a docstring says otherwise.
@@ -15,6 +20,8 @@ Shared conventions:
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -22,10 +29,59 @@ from odyssey_core.common.registry import Registry
 
 EPS = 1e-8
 
-Estimator = Callable[
-    [torch.Tensor, torch.Tensor | None, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]
-]
+
+class AdvantageInputs(Protocol):
+    """What an estimator reads from the batch (a TurnBatch has all of it)."""
+
+    rewards: torch.Tensor
+    values: torch.Tensor | None
+    episode_ids: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+    bootstrap_values: torch.Tensor | None
+    group_id: torch.Tensor | None
+
+
+@dataclass(frozen=True)
+class AdvantageSettings:
+    gamma: float  # discount
+    gae_lambda: float = 1.0  # GAE's lambda (GAE only)
+    normalize: bool = False  # GAE: standardise the advantages over the batch afterwards
+
+
+EstimatorFn = Callable[[AdvantageInputs, AdvantageSettings], tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class Estimator:
+    fn: EstimatorFn
+    needs_values: bool  # reads V(o_t)
+    grouped: bool = False  # compares the episodes of a group (reads group_id)
+    bootstraps: bool = False  # reads V(o_{t+1}) after truncations (bootstrap_values)
+
+    def __call__(
+        self, batch: AdvantageInputs, settings: AdvantageSettings
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.needs_values and batch.values is None:
+            raise ValueError(f"{self.fn.__name__} needs the value function's values")
+        if self.grouped and batch.group_id is None:
+            raise ValueError(f"{self.fn.__name__} compares episodes in groups: set group_id")
+        return self.fn(batch, settings)
+
+
 ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
+
+
+def estimator(
+    name: str, *, needs_values: bool = False, grouped: bool = False, bootstraps: bool = False
+) -> Callable[[EstimatorFn], EstimatorFn]:
+    """Register ``fn(batch, settings)`` under ``name`` with its metadata."""
+
+    def wrap(fn: EstimatorFn) -> EstimatorFn:
+        ESTIMATORS.register(name, Estimator(fn, needs_values, grouped, bootstraps))
+        return fn
+
+    return wrap
 
 
 # -- building blocks ---------------------------------------------------------------------------
@@ -72,10 +128,9 @@ def _standardize(x: torch.Tensor) -> torch.Tensor:
     return (x - x.mean()) / (population_std(x) + EPS)
 
 
-# -- the seven estimators -----------------------------------------------------------------------
+# -- the seven Odysseus estimators, as formulas over (rewards, values, episode_ids, gamma) -------
 
 
-@ESTIMATORS.register("ppo_critic")
 def ppo_critic(rewards, values, episode_ids, gamma):
     """A~_t = R_t - V(o_t);  A_t = A~_t / sigma(A~ over the batch)."""
     _check(rewards, episode_ids)
@@ -86,7 +141,6 @@ def ppo_critic(rewards, values, episode_ids, gamma):
     return raw / (population_std(raw) + EPS), returns
 
 
-@ESTIMATORS.register("ppo_critic_pos")
 def ppo_critic_pos(rewards, values, episode_ids, gamma):
     """Positive-advantage filtering (eq. 1): A_t = max(A~_t, 0) / sigma({A~ : A~ > 0})."""
     _check(rewards, episode_ids)
@@ -100,7 +154,6 @@ def ppo_critic_pos(rewards, values, episode_ids, gamma):
     return raw.clamp(min=0) / (population_std(positive) + EPS), returns
 
 
-@ESTIMATORS.register("grpo_outcome")
 def grpo_outcome(rewards, values, episode_ids, gamma):
     """Every turn gets its trajectory's undiscounted total R_out (eq. 2), standardised over the
     trajectories of the batch, each trajectory counted once (eq. 3)."""
@@ -115,14 +168,12 @@ def grpo_outcome(rewards, values, episode_ids, gamma):
     return (per_turn_outcome - mean) / (sigma + EPS), returns
 
 
-@ESTIMATORS.register("grpo_outcome_pos")
 def grpo_outcome_pos(rewards, values, episode_ids, gamma):
     """max(0, grpo_outcome)."""
     advantages, returns = grpo_outcome(rewards, values, episode_ids, gamma)
     return advantages.clamp(min=0), returns
 
 
-@ESTIMATORS.register("grpo_process")
 def grpo_process(rewards, values, episode_ids, gamma):
     """r~_t = (r_t - mean r) / sigma(r) over all turns; A_t = sum_{i>=t} r~_i (undiscounted)."""
     _check(rewards, episode_ids)
@@ -130,14 +181,12 @@ def grpo_process(rewards, values, episode_ids, gamma):
     return discounted_return_to_go(_standardize(rewards), episode_ids, 1.0), returns
 
 
-@ESTIMATORS.register("grpo_process_pos")
 def grpo_process_pos(rewards, values, episode_ids, gamma):
     """max(0, grpo_process)."""
     advantages, returns = grpo_process(rewards, values, episode_ids, gamma)
     return advantages.clamp(min=0), returns
 
 
-@ESTIMATORS.register("reinforce_pp")
 def reinforce_pp(rewards, values, episode_ids, gamma):
     """Turn-level Reinforce++: A_t = (R_t - mean R) / sigma(R) over all turns."""
     _check(rewards, episode_ids)
@@ -145,12 +194,84 @@ def reinforce_pp(rewards, values, episode_ids, gamma):
     return _standardize(returns), returns
 
 
+def _turn_level(formula, needs_values: bool) -> EstimatorFn:
+    def fn(batch: AdvantageInputs, settings: AdvantageSettings):
+        values = batch.values if needs_values else None
+        return formula(batch.rewards.float(), values, batch.episode_ids, settings.gamma)
+
+    fn.__name__ = formula.__name__
+    fn.__doc__ = formula.__doc__
+    return fn
+
+
+for _formula, _needs_values in (
+    (ppo_critic, True),
+    (ppo_critic_pos, True),
+    (grpo_outcome, False),
+    (grpo_outcome_pos, False),
+    (grpo_process, False),
+    (grpo_process_pos, False),
+    (reinforce_pp, False),
+):
+    estimator(_formula.__name__, needs_values=_needs_values)(_turn_level(_formula, _needs_values))
+
+
+# -- GAE -----------------------------------------------------------------------------------------
+
+
+def next_values(batch: AdvantageInputs) -> torch.Tensor:
+    """V(o_{t+1}) per turn: the next row's value inside an episode, ``bootstrap_values`` after a
+    truncation, 0 after a termination (no future)."""
+    values = batch.values
+    assert values is not None
+    ids = batch.episode_ids
+    n = values.numel()
+    following = torch.zeros_like(values)
+    continues = torch.zeros(n, dtype=torch.bool)
+    continues[:-1] = ids[1:] == ids[:-1]
+    following[:-1] = torch.where(continues[:-1], values[1:], 0.0)
+    ends = ~continues
+    unflagged = ends & ~batch.terminated & ~batch.truncated
+    if bool(unflagged.any()):
+        raise ValueError("every episode's last turn must be terminated or truncated for GAE")
+    cut = ends & batch.truncated
+    if bool(cut.any()):
+        if batch.bootstrap_values is None:
+            raise ValueError("truncated episodes need bootstrap_values (V of the next observation)")
+        following = torch.where(cut, batch.bootstrap_values.to(values.dtype), following)
+    return following
+
+
+@estimator("gae", needs_values=True, bootstraps=True)
+def gae(batch: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
+    """delta_t = r_t + gamma * V(o_{t+1}) * [not terminated] - V(o_t);
+    A_t = delta_t + gamma * lambda * A_{t+1} inside the episode;  returns = A + V.
+
+    V(o_{t+1}) after a truncation is ``bootstrap_values``. With ``normalize``, A is then
+    standardised over the batch (Bessel-corrected std, as RL4VLM's PPO does); the returns are
+    not.
+    """
+    rewards, values = batch.rewards.float(), batch.values
+    assert values is not None
+    _check(rewards, batch.episode_ids)
+    values = values.float()
+    following = next_values(batch)
+    delta = rewards + settings.gamma * following - values
+    ids = batch.episode_ids
+    advantages = torch.zeros_like(rewards)
+    running = rewards.new_zeros(())
+    for t in range(rewards.numel() - 1, -1, -1):
+        continues = t + 1 < rewards.numel() and ids[t + 1] == ids[t]
+        running = delta[t] + (settings.gamma * settings.gae_lambda * running if continues else 0.0)
+        advantages[t] = running
+    returns = advantages + values
+    if settings.normalize and advantages.numel() > 1:
+        advantages = (advantages - advantages.mean()) / (advantages.std() + EPS)
+    return advantages, returns
+
+
 def compute_advantages(
-    name: str,
-    rewards: torch.Tensor,
-    values: torch.Tensor | None,
-    episode_ids: torch.Tensor,
-    gamma: float,
+    name: str, batch: AdvantageInputs, settings: AdvantageSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Look up ``name`` in :data:`ESTIMATORS` and apply it."""
-    return ESTIMATORS.get(name)(rewards, values, episode_ids, gamma)
+    """Look up ``name`` in :data:`ESTIMATORS` and apply it to ``batch``."""
+    return ESTIMATORS.get(name)(batch, settings)

@@ -85,9 +85,30 @@ def save_checkpoint(
     return final
 
 
+#: the only non-container types a DeepSpeed ZeRO optimiser puts in its state dict
+_DEEPSPEED_STATE_TYPES = (
+    ("deepspeed.runtime.fp16.loss_scaler", "LossScaler"),
+    ("deepspeed.runtime.fp16.loss_scaler", "DynamicLossScaler"),
+    ("deepspeed.runtime.zero.config", "ZeroStageEnum"),
+    ("deepspeed.utils.tensor_fragment", "fragment_address"),
+)
+
+
+def deepspeed_state_types() -> list[type]:
+    """DeepSpeed's optimiser-state types, when DeepSpeed is installed (else none)."""
+    import importlib
+    import importlib.util
+
+    if importlib.util.find_spec("deepspeed") is None:
+        return []
+    return [getattr(importlib.import_module(m), name) for m, name in _DEEPSPEED_STATE_TYPES]
+
+
 def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
-    """The ``trainer_state.pt`` of a checkpoint, read with ``weights_only=True``."""
-    return torch.load(Path(checkpoint) / STATE_FILE, weights_only=True, map_location="cpu")
+    """The ``trainer_state.pt`` of a checkpoint, read with ``weights_only=True``: tensors,
+    numbers, strings, containers, and exactly the types DeepSpeed's ZeRO optimiser stores."""
+    with torch.serialization.safe_globals(deepspeed_state_types()):
+        return torch.load(Path(checkpoint) / STATE_FILE, weights_only=True, map_location="cpu")
 
 
 def policy_dir(checkpoint: str | Path) -> Path:

@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from odyssey_core.rl.advantages import discounted_return_to_go
-from odyssey_core.rl.batch import TurnBatch
 from odyssey_core.rl.settings import CriticSettings
+from odyssey_core.rollout.batch import TurnBatch
 
 Frames = Sequence[np.ndarray] | np.ndarray | torch.Tensor  # uint8 [N, H, W, 3] or a list of them
 _LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights, as the Atari wrappers use

@@ -115,12 +115,15 @@ def actor_loss(
     kl_coef: float = 0.0,
     logits: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
+    token_entropy: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """L = L_clip + kl_coef * k3 - entropy_coef * H (both extras off by default, as in the paper).
 
-    The entropy bonus needs the full ``logits``: an estimate from the sampled tokens' log-probs
-    alone has the right value in expectation but not the entropy's gradient, so it is refused.
-    Without a bonus, logits (if given) only feed the ``actor/entropy`` metric.
+    The entropy bonus needs the full distribution: the ``logits`` [B, T, V], or the exact
+    per-token entropies ``token_entropy`` [B, T] computed from them (what ``HFPolicy.score``
+    returns). An estimate from the sampled tokens' log-probs alone has the right value in
+    expectation but not the entropy's gradient, so it is refused. Without a bonus, either
+    only feeds the ``actor/entropy`` metric.
     """
     loss, metrics = ppo_clip_loss(new_logprobs, old_logprobs, advantages, mask, eps_low, eps_high)
     if kl_coef > 0:
@@ -129,10 +132,14 @@ def actor_loss(
         kl = kl_penalty_k3(new_logprobs, ref_logprobs, mask)
         loss = loss + kl_coef * kl
         metrics["actor/kl_ref"] = kl.item()
-    if entropy_coef > 0 and logits is None:
-        raise ValueError("entropy_coef > 0 needs the full logits")
-    if logits is not None:
-        entropy = entropy_from_logits(logits, mask)
+    if entropy_coef > 0 and logits is None and token_entropy is None:
+        raise ValueError("entropy_coef > 0 needs the full logits (or their exact entropies)")
+    if logits is not None or token_entropy is not None:
+        entropy = (
+            entropy_from_logits(logits, mask)
+            if logits is not None
+            else masked_mean(token_entropy, mask)
+        )
         if entropy_coef > 0:
             loss = loss - entropy_coef * entropy
         metrics["actor/entropy"] = entropy.item()

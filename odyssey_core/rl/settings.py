@@ -1,15 +1,17 @@
-"""Settings of the RL building blocks: the turn-level CNN critic, the PPO policy loss and the
-multi-task auto-curriculum. Defaults follow the Odysseus paper's tables where they say
-anything (Table 4: Section 4.2 ablations; Table 7: the CNN critic; Table 9: the main runs).
+"""Settings of the engine's building blocks that every recipe shares: the policy model and the
+turn-level CNN critic. Defaults follow the Odysseus paper's tables where they say anything
+(Table 7: the CNN critic).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
 from odyssey_core.config import StrictModel
+from odyssey_core.models.loading import DTypeName
 
 
 class CriticSettings(StrictModel):
@@ -58,44 +60,15 @@ class CriticSettings(StrictModel):
     )
 
 
-class PPOSettings(StrictModel):
-    """The clipped surrogate of Appendix C.1, token-mean over each minibatch (verl style)."""
+class ModelSettings(StrictModel):
+    """The policy checkpoint; ``path: null`` builds the tiny offline Qwen3-VL into the run."""
 
-    eps_low: float = Field(default=0.2, ge=0, lt=1, description="Tables 4 and 9: epsilon_low 0.2")
-    eps_high: float = Field(default=0.28, ge=0, description="Tables 4 and 9: epsilon_high 0.28")
-    gamma: float = Field(
-        default=0.95, ge=0, le=1, description="Tables 4 and 9: discount factor 0.95"
+    path: Path | None = Field(
+        default=None, description="local checkpoint folder; null: <out>/base-model (tiny)"
     )
-    epochs: int = Field(default=1, ge=1, description="Tables 4 and 9: 1 epoch per training step")
-    minibatch_size: int = Field(
-        default=4096, ge=1, description="turns per minibatch: Table 9 4096 (Table 4: 1024)"
-    )
-    lr: float = Field(
-        default=1e-6, gt=0, description="Table 9: 1e-6, constant (Table 4 ablations: 5e-5)"
-    )
-    grad_clip: float = Field(
-        default=1.0, gt=0, description="actor gradient-norm clip (not given; verl's default)"
-    )
-    kl_coef: float = Field(
-        default=0.0, ge=0, description="beta of the k3 KL-to-reference penalty; the paper uses none"
-    )
-    entropy_coef: float = Field(
-        default=0.0, ge=0, description="entropy bonus coefficient; the paper uses none"
-    )
-    skip_zero_advantage: bool = Field(
-        default=True,
-        description="leave turns whose advantage is exactly 0 out of the update (the compute "
-        "saving of positive-advantage filtering)",
-    )
-
-
-class CurriculumSettings(StrictModel):
-    """Inverse-trajectory-length level sampling (paper Section 6.2)."""
-
-    enabled: bool = Field(default=True, description="Section 6.2: on for multi-level training")
-    floor: float = Field(
-        default=0.0,
-        ge=0,
-        lt=1,
-        description="minimum probability per level before renormalising (the paper has none)",
-    )
+    dtype: DTypeName = "float32"
+    device: str = "cpu"
+    image_scale: int | None = Field(default=None, ge=1, description="paper: 8x upsampling")
+    image_size: tuple[int, int] | None = None
+    attn_implementation: str = "sdpa"
+    game: str = Field(default="odland", description="which system prompt the policy gets")

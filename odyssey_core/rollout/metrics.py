@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from odyssey_core.rl.batch import TurnBatch
+from odyssey_core.rollout.batch import TurnBatch
 
 __all__ = ["OVERALL", "LevelMetrics", "RolloutMetrics"]
 

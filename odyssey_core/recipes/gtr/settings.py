@@ -1,0 +1,159 @@
+"""The configuration of a GTR run, loaded from ``configs/gtr/`` (GTR paper Table 2).
+
+A preset may start with ``inherit: other.yaml`` (relative to its own folder); this file's keys
+are deep-merged over the parent, so the ablations in ``configs/gtr/ablations/`` are overlays.
+Unknown keys are errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from odyssey_core.config import StrictModel, load_preset
+from odyssey_core.models.lora import LoraSettings
+from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipes.gtr.rewards import GTRRewardConfig
+from odyssey_core.rl.settings import CriticSettings, ModelSettings
+
+__all__ = [
+    "GTRPPOSettings",
+    "GTRRolloutSettings",
+    "GTRSFTSettings",
+    "GTRSettings",
+    "GTRValueSettings",
+    "load_gtr_settings",
+]
+
+
+class GTRRolloutSettings(StrictModel):
+    """Turn collection: ``turns_per_step`` turns over ``n_envs`` envs that reset on their own."""
+
+    env: str = Field(default="cards-points24", description="a cards registry name")
+    env_kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. max_steps")
+    n_envs: int = Field(default=4, ge=1)
+    turns_per_step: int = Field(
+        default=512, ge=1, description="turns per update (RL4VLM's num_steps; rounded up to n_envs)"
+    )
+    generation: GenerationParams = Field(
+        default=GenerationParams(temperature=0.2, max_new_tokens=256, repetition_penalty=1.2),
+        description="Table 2: temperature 0.2, max text length 256, repetition penalty 1.2",
+    )
+    score_micro_batch: int = Field(default=4, ge=1, description="turns per scoring forward")
+    corrector: str = Field(default="programmatic", description="a name in CORRECTORS")
+    rewards: GTRRewardConfig = GTRRewardConfig()
+
+
+class GTRPPOSettings(StrictModel):
+    """Turn-level PPO on log pi(a_t) = lambda * log pi(thought) + log pi(action)."""
+
+    enabled: bool = Field(default=True, description="false: the SFT-only ablation")
+    clip: float = Field(default=0.1, gt=0, lt=1, description="Table 2: PPO clip 0.1")
+    gamma: float = Field(default=0.9, ge=0, le=1, description="Table 2: discount 0.9")
+    gae_lambda: float = Field(default=0.95, ge=0, le=1, description="Table 2: GAE lambda 0.95")
+    thought_weight: float = Field(
+        default=0.5, ge=0, description="Table 2: thought probability coefficient (Points24 0.5)"
+    )
+    epochs: int = Field(default=4, ge=1, description="Table 2: 4 PPO epochs")
+    minibatch_size: int = Field(
+        default=128, ge=1, description="turns per optimiser step (Table 2: 128 accumulation)"
+    )
+    entropy_coef: float = Field(
+        default=0.01,
+        ge=0,
+        description="Table 2: 0.01. The exact entropy of the sampling distribution, token-mean "
+        "over the response tokens",
+    )
+    value_coef: float = Field(
+        default=0.5,
+        ge=0,
+        description="Table 2: 0.5. With value.source vlm_head the value loss joins the PPO loss "
+        "in one backward pass, so this weighs it against the policy terms; the CNN critic "
+        "trains on its own optimiser, where it only scales a separate objective",
+    )
+    normalize_advantages: bool = Field(default=True, description="as RL4VLM's PPO does")
+    lr: float = Field(default=1e-5, gt=0, description="Table 2: initial lr 1e-5")
+    final_lr: float = Field(default=1e-9, ge=0, description="Table 2: final lr 1e-9 (cosine)")
+    lr_steps: int = Field(default=25, ge=1, description="Table 2: maximum lr step 25")
+    grad_clip: float = Field(default=1.0, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+
+
+class GTRSFTSettings(StrictModel):
+    """Thought cloning on the DAgger buffer, added to the PPO loss."""
+
+    coef: float = Field(default=1.0, ge=0, description="total = ppo + coef * sft; 0: RL only")
+    batch_size: int = Field(default=8, ge=1, description="buffer examples per minibatch")
+    dagger: bool = Field(default=True, description="false: clone the latest batch only")
+    target: Literal["thought", "full_response"] = Field(
+        default="thought",
+        description="thought: loss on the corrected thought tokens only, the agent's action "
+        "teacher-forced after it; full_response: clone thought + corrector action + end",
+    )
+
+
+class GTRValueSettings(StrictModel):
+    """Where V(o_t) comes from: the CNN critic on the frame, or a head on the VLM."""
+
+    source: Literal["cnn", "vlm_head"] = Field(
+        default="cnn",
+        description="cnn: odyssey_core.rl.critic on its own optimiser (the ``critic`` section); "
+        "vlm_head: an MLP on the policy's final hidden state at the last prompt token, trained "
+        "with ppo.value_coef * value loss in the PPO backward pass",
+    )
+    head_hidden_dims: list[int] = Field(
+        default_factory=lambda: [1024, 512],
+        description="vlm_head hidden layers (RL4VLM's value head is 1024-512); [] for linear",
+    )
+    scale: float = Field(
+        default=1.0, gt=0, description="vlm_head predicts returns / scale (outputs stay near 1)"
+    )
+    head_lr: float | None = Field(
+        default=None,
+        gt=0,
+        description="the head's learning rate (same optimiser and schedule); null: ppo.lr",
+    )
+
+    @model_validator(mode="after")
+    def _positive_dims(self) -> GTRValueSettings:
+        if any(d < 1 for d in self.head_hidden_dims):
+            raise ValueError(f"head_hidden_dims must be positive, got {self.head_hidden_dims}")
+        return self
+
+
+class GTRSettings(StrictModel):
+    """Everything one GTR run needs."""
+
+    seed: int = 0
+    steps: int = Field(default=30, ge=1, description="updates (Points24: 15000 env steps / 512)")
+    checkpoint_every: int = Field(default=10, ge=1)
+    model: ModelSettings = ModelSettings()
+    lora: LoraSettings | None = Field(
+        default=LoraSettings(r=128, alpha=256, dropout=0.05, include_vision=True),
+        description="Table 2: r 128, alpha 256, dropout 0.05, vision tower included; null: full",
+    )
+    rollout: GTRRolloutSettings = GTRRolloutSettings()
+    ppo: GTRPPOSettings = GTRPPOSettings()
+    sft: GTRSFTSettings = GTRSFTSettings()
+    critic: CriticSettings = CriticSettings()
+    value: GTRValueSettings = GTRValueSettings()
+    deepspeed: Path | None = Field(
+        default=None, description="a ZeRO-2 JSON for the policy update (GPU launcher), or null"
+    )
+
+    @model_validator(mode="after")
+    def _something_to_train(self) -> GTRSettings:
+        if not self.ppo.enabled and self.sft.coef == 0:
+            raise ValueError("ppo.enabled false and sft.coef 0 leave nothing to train")
+        if self.value.source == "vlm_head" and not self.ppo.enabled:
+            # the head learns only inside the PPO loss; without it, its values mean nothing
+            raise ValueError("value.source vlm_head needs ppo.enabled (the head trains in PPO)")
+        return self
+
+
+def load_gtr_settings(preset: str | Path, overrides: dict[str, Any] | None = None) -> GTRSettings:
+    """A preset under ``configs/gtr/`` or a YAML path (following ``inherit:``), with nested
+    ``overrides``."""
+    return load_preset(GTRSettings, preset, overrides, kind="gtr", what="GTR")

@@ -1,0 +1,2 @@
+"""Odysseus (Super Mario Land, odland): curate -> SFT -> PPO with a turn-level critic -> evaluate
+-> promote."""

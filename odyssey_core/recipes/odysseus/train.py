@@ -1,0 +1,162 @@
+"""The Odysseus recipe on the one trainer (paper Sections 4-6, Appendix C).
+
+It configures the engine and plugs two hooks into it; the loop itself is
+:class:`odyssey_core.rl.trainer.Trainer`:
+
+- budget: ``rollout.num_trajectories`` complete episodes per step, each cut after
+  ``rollout.max_turns`` turns, levels drawn by the auto-curriculum (:class:`CurriculumHook`);
+- answers in the ``<perception>/<reasoning>/<answer>`` format (``RESPONSE_FORMATS["odysseus"]``);
+- value function: the turn-level CNN critic, trained every step (critic-only warm-up first);
+- estimator: one of the seven of Appendix C.1 (``ppo_critic_pos`` by default);
+- objective: token-level PPO clip with the asymmetric clip of Tables 4 and 9, turns with
+  A_t == 0 skipped (the compute saving of positive-advantage filtering);
+- updater: AdamW at a constant lr, or DeepSpeed ZeRO-2 when the preset names a config;
+- collapse monitoring of the thoughts (``collapse/*`` metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
+from odyssey_core.eval.collapse import collapse_metrics
+from odyssey_core.protocol.formats import RESPONSE_FORMATS
+from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
+from odyssey_core.recipes.odysseus.settings import RLTrainSettings
+from odyssey_core.rl.advantages import AdvantageSettings
+from odyssey_core.rl.checkpoint import latest_checkpoint
+from odyssey_core.rl.hooks import CollapseMonitor
+from odyssey_core.rl.objectives import ObjectiveSettings
+from odyssey_core.rl.policy import build_policy
+from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig
+from odyssey_core.rl.updater import UpdaterSettings, build_updater
+from odyssey_core.rl.value_functions import CNNValue
+from odyssey_core.rollout.batch import TurnBatch
+from odyssey_core.rollout.collector import Collector, EpisodeBudget, default_info_extras
+
+__all__ = ["build_trainer", "build_vector_env", "gameboy_info_extras", "trainer_config"]
+
+
+def gameboy_info_extras(before: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """The per-turn facts of a Game Boy platformer: the common ones, the buttons pressed and
+    whether a life was lost."""
+    return {
+        **default_info_extras(before, info),
+        "buttons": [str(b) for b in info.get("buttons", ())],
+        "life_lost": bool(info.get("life_lost", False)),
+    }
+
+
+def build_vector_env(settings: RLTrainSettings) -> Any:
+    """``rollout.n_envs`` envs on the configured levels (the collector resets them per episode)."""
+    env_config = settings.env.model_copy(update={"max_turns": settings.rollout.max_turns})
+    names = [settings.levels[i % len(settings.levels)] for i in range(settings.rollout.n_envs)]
+    kind = SubprocVectorEnv if settings.rollout.vector == "subproc" else SyncVectorEnv
+    return kind(names, env_kwargs={"config": env_config})
+
+
+def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
+    s = settings
+    return TrainerConfig(
+        budget=EpisodeBudget(s.rollout.num_trajectories),
+        estimator=s.estimator,
+        advantage=AdvantageSettings(gamma=s.ppo.gamma),
+        objective="token_ppo",
+        objective_settings=ObjectiveSettings(
+            eps_low=s.ppo.eps_low,
+            eps_high=s.ppo.eps_high,
+            kl_coef=s.ppo.kl_coef,
+            entropy_coef=s.ppo.entropy_coef,
+        ),
+        seed=s.seed,
+        steps=s.steps,
+        checkpoint_every=s.checkpoint_every,
+        epochs=s.ppo.epochs,
+        minibatch_size=s.ppo.minibatch_size,
+        score_micro_batch=s.rollout.score_micro_batch,
+        temperature=s.rollout.generation.temperature,
+        skip_zero_advantage=s.ppo.skip_zero_advantage,
+        config_dump=s.model_dump(mode="json"),
+    )
+
+
+def _odysseus_collapse(batch: TurnBatch) -> Any:
+    return collapse_metrics([e.get("response", "") for e in batch.extras], batch.frames)
+
+
+def _lora_reference(policy: Any, settings: RLTrainSettings):
+    """log pi_ref for the KL penalty: the base model, with the LoRA adapter switched off."""
+    model = policy.model
+    if not hasattr(model, "disable_adapter"):
+        raise ValueError("kl_coef > 0 is supported with LoRA only (the base is the reference)")
+
+    def reference(turns: TurnBatch) -> list[torch.Tensor]:
+        with model.disable_adapter():
+            scored = policy.score(
+                turns.prompt_ids,
+                turns.response_ids,
+                turns.frames,
+                settings.rollout.generation.temperature,
+                settings.rollout.score_micro_batch,
+            )
+        return [r.detach().float().cpu() for r in scored]
+
+    return reference
+
+
+def build_trainer(
+    settings: RLTrainSettings,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    callbacks: Sequence[MetricsCallback] = (),
+    vector_env: Any = None,
+) -> Trainer:
+    """Everything of one Odysseus run; with ``resume``, continue from the latest complete
+    checkpoint under ``out_dir``."""
+    s = settings
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = latest_checkpoint(out) if resume else None
+    policy = build_policy(s.model, s.lora, out, checkpoint, game=s.model.game)
+    collector = Collector(
+        vector_env if vector_env is not None else build_vector_env(s),
+        policy,
+        s.rollout.generation,
+        max_turns=s.rollout.max_turns,
+        response_format=RESPONSE_FORMATS.get("odysseus"),
+        info_extras=gameboy_info_extras,
+    )
+    updater = build_updater(
+        policy.model,
+        UpdaterSettings(
+            lr=s.ppo.lr,
+            weight_decay=s.actor_weight_decay,
+            grad_clip=s.ppo.grad_clip,
+            deepspeed=s.deepspeed,
+            dtype=s.model.dtype,
+            device=s.model.device,
+        ),
+    )
+    curriculum = AutoCurriculum(s.levels, floor=s.curriculum.floor, seed=s.seed)
+    trainer = Trainer(
+        trainer_config(s),
+        policy,
+        collector,
+        CNNValue(s.critic, seed=s.seed),
+        updater,
+        out,
+        hooks=[
+            CollapseMonitor(_odysseus_collapse),
+            CurriculumHook(curriculum, s.rollout.num_trajectories, update=s.curriculum.enabled),
+        ],
+        callbacks=callbacks,
+        reference=_lora_reference(policy, s) if s.ppo.kl_coef > 0 else None,
+    )
+    if resume:
+        trainer.resume()
+    return trainer

@@ -1,0 +1,64 @@
+"""Build the policy a run trains: the base model (or a tiny offline Qwen3-VL), a fresh LoRA
+adapter when configured, or a checkpoint's weights/adapter when resuming."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from odyssey_core.models.loading import load_model, load_processor
+from odyssey_core.models.lora import LoraSettings, apply_lora, load_adapter
+from odyssey_core.models.tiny import build_tiny_model
+from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.rl.checkpoint import policy_dir
+from odyssey_core.rl.settings import ModelSettings
+
+__all__ = ["BASE_MODEL_DIR", "build_policy", "resolve_base_model"]
+
+BASE_MODEL_DIR = "base-model"
+
+
+def resolve_base_model(model: ModelSettings, out_dir: Path) -> Path:
+    """The base checkpoint; with ``model.path: null`` a tiny Qwen3-VL is built into the run."""
+    if model.path is not None:
+        return Path(model.path)
+    path = Path(out_dir) / BASE_MODEL_DIR
+    if not (path / "config.json").is_file():
+        build_tiny_model(path, seed=0)  # fixed seed: the same tiny model for every run
+    return path
+
+
+def build_policy(
+    model: ModelSettings,
+    lora: LoraSettings | None,
+    out_dir: Path,
+    checkpoint: Path | None = None,
+    **policy_kwargs: Any,
+) -> HFPolicy:
+    """An HFPolicy on the base model (+ fresh LoRA), or on a checkpoint's weights/adapter.
+
+    ``policy_kwargs`` go to :class:`HFPolicy` (``game=`` or ``system_prompt=``). The model is
+    put in eval mode: RL runs without dropout, so old and new log-probs come from one
+    function (exact PPO ratios; LoRA dropout stays off too).
+    """
+    base = resolve_base_model(model, out_dir)
+    kwargs = {"dtype": model.dtype, "device": model.device}
+    if checkpoint is None:
+        network = load_model(base, attn_implementation=model.attn_implementation, **kwargs)
+        if lora is not None:
+            network = apply_lora(network, lora)
+    elif lora is not None:
+        network = load_adapter(base, policy_dir(checkpoint), trainable=True, **kwargs)
+    else:
+        network = load_model(
+            policy_dir(checkpoint), attn_implementation=model.attn_implementation, **kwargs
+        )
+    processor = load_processor(base if checkpoint is None else policy_dir(checkpoint))
+    network.eval()
+    return HFPolicy(
+        network,
+        processor,
+        image_scale=model.image_scale,
+        image_size=model.image_size,
+        **policy_kwargs,
+    )

@@ -1,0 +1,264 @@
+"""The RL trainer: presets, one step's bookkeeping, crash-safe checkpoints and exact resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import model_fixtures
+import pytest
+import torch
+import yaml
+from helpers_dist import run_in_single_process_world
+
+from odyssey_core.models.loading import load_model
+from odyssey_core.recipes.odysseus.settings import ODYSSEUS_ESTIMATORS, load_train_settings
+from odyssey_core.recipes.odysseus.train import build_trainer
+from odyssey_core.rl.advantages import ESTIMATORS
+from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from odyssey_core.rl.trainer import Trainer
+
+tiny_model_dir = model_fixtures.tiny_model_dir
+ROOT = Path(__file__).resolve().parents[3]
+PRESETS = ROOT / "configs" / "odysseus"
+
+
+def small_preset(tmp_path: Path, model_dir: Path, name: str = "preset.yaml", **changes) -> Path:
+    """The resume test's run: tiny model, 2 envs, 2 trajectories, 3 turns, 8 tokens, 3 steps."""
+    data = {
+        "seed": 3,
+        "steps": 3,
+        "checkpoint_every": 1,
+        "model": {"path": str(model_dir)},
+        "levels": ["odland-1-1", "odland-1-2"],
+        "rollout": {
+            "num_trajectories": 2,
+            "max_turns": 3,
+            "n_envs": 2,
+            "generation": {"temperature": 1.0, "max_new_tokens": 8},
+            "score_micro_batch": 2,
+        },
+        "estimator": "ppo_critic_pos",
+        "ppo": {"minibatch_size": 4, "lr": 1e-3},
+        "critic": {"input_height": 36, "input_width": 40, "minibatch_size": 4},
+        **changes,
+    }
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def run_in_process(preset: Path, out: Path, resume: bool = False) -> Trainer:
+    trainer = build_trainer(load_train_settings(preset), out, resume=resume)
+    trainer.train()
+    trainer.close()
+    return trainer
+
+
+# -- presets -------------------------------------------------------------------------------------
+
+
+def test_compare_preset_carries_table_4_and_table_7() -> None:
+    s = load_train_settings(PRESETS / "compare.yaml")
+    assert s.rollout.max_turns == 80 and s.rollout.num_trajectories == 128
+    g = s.rollout.generation
+    assert (g.top_p, g.temperature, g.max_new_tokens) == (1.0, 1.0, 1024)
+    assert (s.ppo.epochs, s.ppo.minibatch_size, s.ppo.gamma) == (1, 1024, 0.95)
+    assert (s.ppo.eps_low, s.ppo.eps_high, s.ppo.lr) == (0.2, 0.28, 5e-5)
+    c = s.critic
+    assert (c.hidden_dim, c.epochs, c.weight_decay, c.grad_clip, c.lr) == (512, 1, 0.0, 1.0, 3e-4)
+
+
+def test_paper_preset_carries_table_9() -> None:
+    s = load_train_settings(PRESETS / "paper.yaml")
+    assert (s.steps, s.rollout.max_turns, s.rollout.generation.max_new_tokens) == (190, 400, 4096)
+    assert (s.rollout.num_trajectories, s.ppo.minibatch_size, s.ppo.lr) == (1024, 4096, 1e-6)
+    assert (s.ppo.gamma, s.ppo.eps_low, s.ppo.eps_high, s.ppo.epochs) == (0.95, 0.2, 0.28, 1)
+    assert s.estimator == "ppo_critic_pos" and s.curriculum.enabled and len(s.levels) == 10
+    assert s.critic.hidden_dim == 512 and s.critic.lr == 3e-4  # Table 7, inherited
+
+
+def test_one_estimator_preset_each_inheriting_compare() -> None:
+    compare = load_train_settings(PRESETS / "compare.yaml")
+    files = sorted((PRESETS / "estimators").glob("*.yaml"))
+    assert sorted(f.stem for f in files) == sorted(ODYSSEUS_ESTIMATORS)
+    assert set(ODYSSEUS_ESTIMATORS) < set(ESTIMATORS.names())
+    for f in files:
+        s = load_train_settings(f)
+        assert s.estimator == f.stem
+        assert s.model_copy(update={"estimator": compare.estimator}) == compare
+
+
+def test_tiny_preset_and_bad_keys(tmp_path: Path) -> None:
+    s = load_train_settings(PRESETS / "tiny.yaml")
+    assert s.model.path is None and s.estimator == "ppo_critic_pos"
+    assert s.levels == ["odland-1-1", "odland-1-2", "odland-1-3"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(f"inherit: {PRESETS / 'tiny.yaml'}\nppo: {{lrr: 1}}\n")
+    with pytest.raises(ValueError, match="lrr"):
+        load_train_settings(bad)
+    bad.write_text(f"inherit: {PRESETS / 'tiny.yaml'}\nestimator: nope\n")
+    with pytest.raises(ValueError, match="unknown estimator"):
+        load_train_settings(bad)
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+class _Saveable:
+    def save_pretrained(self, folder: Path, **_: object) -> None:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "x.txt").write_text("x")
+
+
+def test_latest_points_at_complete_checkpoints_only(tmp_path: Path) -> None:
+    assert latest_checkpoint(tmp_path) is None
+    state = {"step": 1, "t": torch.ones(2), "rng": (3, (1, 2), None)}
+    save_checkpoint(
+        tmp_path, 1, model=_Saveable(), processor=_Saveable(), trainer_state=state, config={}
+    )
+    half = tmp_path / "checkpoints" / ".tmp-step-000002"  # as if killed while saving step 2
+    half.mkdir()
+    assert latest_checkpoint(tmp_path).name == "step-000001"
+    assert load_trainer_state(latest_checkpoint(tmp_path))["step"] == 1
+    save_checkpoint(
+        tmp_path, 2, model=_Saveable(), processor=_Saveable(), trainer_state=state, config={}
+    )
+    assert latest_checkpoint(tmp_path).name == "step-000002" and not half.exists()
+
+
+# -- the training step and exact resume ----------------------------------------------------------
+
+
+def _weights(trainer: Trainer) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    policy = {k: v.detach().clone() for k, v in trainer.policy.model.state_dict().items()}
+    network = trainer.value_function.critic.network
+    critic = {k: v.detach().clone() for k, v in network.state_dict().items()}
+    return policy, critic
+
+
+def _assert_close(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=1e-6, msg=key)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path) -> None:
+    preset = small_preset(tmp_path, tiny_model_dir)
+    reference = run_in_process(preset, tmp_path / "reference")
+    lines = (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 3
+
+    killed = tmp_path / "killed"
+    code = (
+        "import sys; from odyssey_core.recipes.odysseus.cli import train_command; "
+        f"train_command(['--preset', {str(preset)!r}, '--out', {str(killed)!r}, '--threads', '1'])"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    pointer = killed / "checkpoints" / "latest"
+    try:
+        deadline = time.monotonic() + 120
+        while not (pointer.is_file() and pointer.read_text().strip() == "step-000001"):
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no step-1 checkpoint in time"
+            time.sleep(0.02)
+        os.kill(proc.pid, signal.SIGKILL)  # step 2 is running now
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not (killed / "checkpoints" / "step-000002").exists(), "killed too late"
+
+    resumed = build_trainer(load_train_settings(preset), killed, resume=True)
+    assert resumed.step == 1
+    resumed.train()
+    resumed.close()
+    policy_ref, critic_ref = _weights(reference)
+    policy_res, critic_res = _weights(resumed)
+    _assert_close(policy_res, policy_ref)
+    _assert_close(critic_res, critic_ref)
+    initial = load_model(tiny_model_dir).state_dict()
+    assert any(not torch.equal(initial[k], policy_ref[k]) for k in initial), "nothing trained"
+    # the metrics file holds each step once, like the uninterrupted run's
+    lines = (killed / "metrics.jsonl").read_text().splitlines()
+    steps = [json.loads(line)["step"] for line in lines]
+    assert steps == [1.0, 2.0, 3.0]
+
+
+_DEEPSPEED_SCRIPT = """
+import json, sys, torch
+torch.set_num_threads(1)
+from pathlib import Path
+from odyssey_core.recipes.odysseus.settings import load_train_settings
+from odyssey_core.recipes.odysseus.train import build_trainer
+out, plain_preset, ds_preset = map(Path, sys.argv[1:4])
+weights, losses = [], []
+for name, preset in (("plain", plain_preset), ("ds", ds_preset)):
+    trainer = build_trainer(load_train_settings(preset), out / name)
+    metrics = trainer.train_step()
+    trainer.close()
+    weights.append(trainer.policy.model.state_dict())
+    losses.append(metrics["actor/loss"])
+diff = max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0])
+print(json.dumps({"diff": diff, "losses": losses}))
+"""
+
+
+@pytest.mark.slow
+def test_deepspeed_zero2_update_matches_plain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """One step under a ZeRO-2 engine (world size 1, gloo) equals the plain AdamW step.
+
+    Runs in a subprocess so the process group does not outlive the test. The first run on a
+    machine JIT-compiles DeepSpeed's CPU shared-memory comm op (minutes); later runs reuse it.
+    """
+    pytest.importorskip("deepspeed")
+    zero2 = ROOT / "configs" / "deepspeed" / "zero2.json"
+    plain = small_preset(tmp_path, tiny_model_dir, steps=1)
+    ds = small_preset(tmp_path, tiny_model_dir, "ds.yaml", steps=1, deepspeed=str(zero2))
+    result = run_in_single_process_world(_DEEPSPEED_SCRIPT, tmp_path, plain, ds)
+    assert result["diff"] < 1e-5
+    plain_loss, ds_loss = result["losses"]
+    assert ds_loss == pytest.approx(plain_loss, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_lora_warmup_and_value_free_estimator(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Critic warm-up step leaves the actor alone; LoRA checkpoints hold only the adapter and
+    resume; grpo_outcome reads no critic values (the critic still trains, for its metrics)."""
+    preset = small_preset(
+        tmp_path,
+        tiny_model_dir,
+        steps=2,
+        estimator="grpo_outcome",
+        lora={"r": 4, "alpha": 8},
+        critic={"input_height": 36, "input_width": 40, "warmup_steps": 1},
+    )
+    trainer = run_in_process(preset, tmp_path / "run")
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    first, second = (json.loads(line) for line in lines)
+    assert first["actor/updated"] == 0.0 and "actor/pg_loss" not in first
+    assert second["actor/updated"] == 1.0 and "critic/explained_variance_pre" not in second
+    for m in (first, second):
+        assert 0.0 <= m["time/critic_share_of_update"] <= 1.0 and "critic/loss" in m
+        # GTR's thought-collapse signals ride along with every step's metrics
+        assert 0.0 <= m["collapse/valid_rate"] <= 1.0 and m["collapse/turns"] > 0
+    checkpoint = latest_checkpoint(tmp_path / "run")
+    assert (checkpoint / "policy" / "adapter_config.json").is_file()
+    state = load_trainer_state(checkpoint)
+    assert state["step"] == 2 and set(state["rng"]) == {"python", "numpy", "torch"}
+    resumed = build_trainer(load_train_settings(preset), tmp_path / "run", resume=True)
+    assert resumed.step == 2
+    _assert_close(_weights(resumed)[0], _weights(trainer)[0])
+    resumed.close()
