@@ -30,7 +30,7 @@ DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
 demo: setup
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
 	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
-	  $(PY) -m flows.pipeline --preset $(DEMO_PRESET)
+	  $(PY) -m flows.odysseus --preset $(DEMO_PRESET)
 	@echo
 	@echo "Where to look:"
 	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"

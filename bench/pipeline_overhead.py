@@ -8,8 +8,8 @@ Python process, in interleaved rounds (direct, flow, flow, direct, ...):
 
 * ``flow``: the ``train-odysseus`` Prefect flow (tasks, input cache, persisted results, state
   reports) against a real ``prefect server`` subprocess with a private home and SQLite DB;
-* ``direct``: the same ``odyssey_core.pipeline.stage_*`` functions called in order, under the
-  same MLflow parent run the flow opens, so the difference is Prefect's alone.
+* ``direct``: the same ``odyssey_core.recipes.odysseus.pipeline.stage_*`` functions called in
+  order, under the same MLflow parent run the flow opens, so the difference is Prefect's alone.
 
 The timed span is the pipeline call inside the child (imports and interpreter start are
 excluded and reported apart as process wall time). Prints the medians and the ratio
@@ -48,21 +48,18 @@ QUIET = {
 
 
 def _direct(run_dir: Path) -> dict:
-    from odyssey_core.pipeline import (
+    from odyssey_core.recipes.odysseus.pipeline import (
         load_pipeline_config,
-        make_tracker,
         stage_curate,
         stage_evaluate,
         stage_promote,
         stage_rl,
         stage_sft,
     )
+    from odyssey_core.stages import parent_run
 
     cfg = load_pipeline_config("tiny", {"run_dir": str(run_dir)})
-    tracker = make_tracker(cfg)
-    params = cfg.model_dump(mode="json")
-    with tracker.run(f"train-odysseus:{cfg.run_key}", params=params) as run:
-        parent = run.run_id
+    with parent_run(cfg, "train-odysseus") as parent:
         curate = stage_curate(cfg, parent_run_id=parent)
         sft = stage_sft(cfg, curate["dataset_uri"], parent_run_id=parent)
         rl = stage_rl(cfg, sft["model_uri"], parent_run_id=parent)
@@ -73,7 +70,7 @@ def _direct(run_dir: Path) -> dict:
 
 
 def _flow(run_dir: Path) -> dict:
-    from flows.pipeline import train_odysseus_flow
+    from flows.odysseus import train_odysseus_flow
 
     return train_odysseus_flow(preset="tiny", overrides={"run_dir": str(run_dir)})["promote"]
 
@@ -94,12 +91,13 @@ STAGE_FUNCS = (
 def _instrument() -> tuple[dict[str, float], dict[str, float]]:
     """Time every stage function (both modes) and, in the flow, every task call around it.
 
-    The tasks call ``odyssey_core.pipeline.stage_*`` through the module and ``_chain`` calls
-    the tasks through ``flows.pipeline``'s globals, so wrapping those names times the same
-    calls without touching the Task objects (their cache keys and options stay as they are).
+    The tasks call ``odyssey_core.recipes.odysseus.pipeline.stage_*`` through the module and
+    ``_chain`` calls the tasks through ``flows.odysseus``'s globals, so wrapping those names
+    times the same calls without touching the Task objects (their cache keys and options stay
+    as they are).
     """
-    import flows.pipeline as flow_module
-    import odyssey_core.pipeline as core
+    import flows.odysseus as flow_module
+    import odyssey_core.recipes.odysseus.pipeline as core
 
     stage_s: dict[str, float] = {}
     task_s: dict[str, float] = {}
@@ -124,8 +122,8 @@ def _instrument() -> tuple[dict[str, float], dict[str, float]]:
 
 def child(mode: str, run_dir: Path) -> None:
     # imports outside the timed span, the same for both modes
-    import flows.pipeline  # noqa: F401
-    import odyssey_core.pipeline  # noqa: F401
+    import flows.odysseus  # noqa: F401
+    import odyssey_core.recipes.odysseus.pipeline  # noqa: F401
 
     stage_s, task_s = _instrument()
     start = time.perf_counter()

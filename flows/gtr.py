@@ -1,4 +1,5 @@
-"""`train-gtr`: GTR training -> evaluation -> registration with the promotion gate.
+"""`train-gtr`: GTR training -> evaluation -> registration with the promotion gate
+(:mod:`odyssey_core.recipes.gtr.pipeline`).
 
 Finished stages are skipped (Prefect's input cache, then the stage's done marker), so a rerun of
 a failed flow run resumes where it stopped; training itself resumes from its last checkpoint.
@@ -10,8 +11,8 @@ from typing import Any
 
 from prefect import flow
 
-from flows.pipeline import _flow_run, results_table
-from odyssey_core.gtr.pipeline import load_gtr_pipeline_config
+from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
+from odyssey_core.stages import parent_run, results_table
 from tasks.gtr import gtr_evaluate_task, gtr_register_task, gtr_train_task
 
 
@@ -20,7 +21,7 @@ def train_gtr_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None
     """Train (configs/gtr_pipeline/<preset>.yaml), evaluate, register and gate."""
     cfg = load_gtr_pipeline_config(preset, overrides)
     results: dict[str, dict[str, Any]] = {}
-    with _flow_run(cfg, "train-gtr") as parent:
+    with parent_run(cfg, "train-gtr") as parent:
         results["train"] = gtr_train_task(cfg, parent_run_id=parent)
         checkpoint = results["train"]["checkpoint_uri"]
         results["evaluate"] = gtr_evaluate_task(cfg, checkpoint, parent_run_id=parent)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow
 from prefect.events import emit_event
 
-from odyssey_core.pipeline import load_pipeline_config, nightly_evaluate
-from tasks.pipeline import retry_on_transient
+from odyssey_core.recipes.odysseus.pipeline import nightly_table
+from tasks.odysseus import nightly_task
 
 REGRESSION_EVENT = "odyssey.champion.regressed"
 
@@ -18,28 +18,12 @@ class ChampionRegressedError(RuntimeError):
     """The champion scored below its recorded score by more than the configured margin."""
 
 
-@task(
-    name="nightly-evaluate",
-    timeout_seconds=12 * 3600,
-    retries=2,
-    retry_delay_seconds=60,
-    retry_condition_fn=retry_on_transient,
-)
-def nightly_task(preset: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    # no cache: the point is to evaluate again every night
-    return nightly_evaluate(load_pipeline_config(preset, overrides), log_fn=print)
-
-
 @flow(name="nightly-eval", log_prints=True)
 def nightly_eval_flow(
     preset: str = "tiny", overrides: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     result = nightly_task(preset, overrides)
-    rows = ["| model | version | mean progress |", "|---|---|---|"]
-    for label, row in result["evaluated"].items():
-        rows.append(f"| {label} | {row['version']} | {row['mean']:.4g} |")
-    rows.append(f"| champion (recorded) | {result['champion']} | {result['recorded']:.4g} |")
-    print("nightly-eval:\n" + "\n".join(rows))
+    print("nightly-eval:\n" + nightly_table(result))
     if result["regressed"]:
         emit_event(
             event=REGRESSION_EVENT,

@@ -1,7 +1,7 @@
-"""One Prefect task per GTR pipeline stage, thin over :mod:`odyssey_core.gtr.pipeline`.
+"""One Prefect task per GTR pipeline stage, thin over :mod:`odyssey_core.recipes.gtr.pipeline`.
 
-The retry and cache settings are the Odysseus tasks' (``tasks.pipeline._COMMON``): retries only
-for transient failures, Prefect's input cache first, then the stage's own done marker.
+Retries and caching are the Odysseus tasks' (:data:`tasks.common.STAGE_TASK`): retries only for
+transient failures, Prefect's input cache first, then the stage's own done marker.
 """
 
 from __future__ import annotations
@@ -11,20 +11,20 @@ from typing import Any
 
 from prefect import task
 
-from odyssey_core.gtr import pipeline
-from odyssey_core.gtr.pipeline import GTRPipelineConfig
-from tasks.pipeline import _COMMON, post_report
+from odyssey_core.recipes.gtr import pipeline
+from odyssey_core.recipes.gtr.pipeline import GTRPipelineConfig
+from tasks.common import STAGE_TASK, post_report
 
 __all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_train_task"]
 
 
-@task(name="gtr-train", timeout_seconds=72 * 3600, **_COMMON)
+@task(name="gtr-train", timeout_seconds=72 * 3600, **STAGE_TASK)
 def gtr_train_task(cfg: GTRPipelineConfig, parent_run_id: str | None = None) -> dict[str, Any]:
     # a retry continues from the last GTR checkpoint (the stage trains with resume=True)
     return pipeline.stage_gtr_train(cfg, parent_run_id=parent_run_id)
 
 
-@task(name="gtr-evaluate", timeout_seconds=12 * 3600, **_COMMON)
+@task(name="gtr-evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
 def gtr_evaluate_task(
     cfg: GTRPipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
 ) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def gtr_evaluate_task(
     return outputs
 
 
-@task(name="gtr-register", timeout_seconds=12 * 3600, **_COMMON)
+@task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)
 def gtr_register_task(
     cfg: GTRPipelineConfig,
     checkpoint_uri: str,

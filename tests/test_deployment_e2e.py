@@ -102,7 +102,7 @@ def _get_json(url: str) -> dict:
 
 @pytest.mark.slow
 def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None:
-    from odyssey_core.pipeline import load_pipeline_config
+    from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
     from odyssey_core.registry.artifacts import open_store
     from odyssey_core.registry.models import ModelRegistry
 
@@ -128,8 +128,8 @@ def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None
 
         _cli(env, "work-pool", "create", POOL, "--type", "process")
         _cli(env, "--no-prompt", "deploy", "--name", "odland-tiny")
-        # configs/pipeline/tiny.yaml is the minimal budget (as in tests/test_pipeline.py);
-        # the only override is the private run_dir
+        # configs/pipeline/tiny.yaml is the minimal budget (as in
+        # tests/recipes/odysseus/test_pipeline.py); the only override is the private run_dir
         params = {"preset": "tiny", "overrides": {"run_dir": str(run_dir)}}
         out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))
         match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)

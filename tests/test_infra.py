@@ -28,7 +28,7 @@ def test_dockerfile_copies_what_the_flows_import() -> None:
 
 
 def test_gtr_deployments_run_the_train_gtr_flow_on_their_pools() -> None:
-    from odyssey_core.gtr.pipeline import load_gtr_pipeline_config
+    from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
 
     deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
     gtr = {d["name"]: d for d in deployments if d["entrypoint"] == "flows/gtr.py:train_gtr_flow"}

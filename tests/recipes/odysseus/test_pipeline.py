@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from odyssey_core import pipeline
-from odyssey_core.pipeline import (
+from odyssey_core.recipes.odysseus import pipeline
+from odyssey_core.recipes.odysseus.pipeline import (
     CURATE_STAGES,
     DONE_MARKER,
     PipelineConfig,
@@ -232,7 +232,7 @@ def test_retry_condition_only_for_transient_errors() -> None:
 
     from odyssey_core.data.validation import ValidationFailed
     from odyssey_core.policy.openai_backend import OpenAIBackendError
-    from tasks.pipeline import is_transient_error
+    from tasks.common import is_transient_error
 
     def client_error(code: str, status: int) -> ClientError:
         return ClientError(
@@ -314,7 +314,7 @@ def task_runs(flow_run_id: Any) -> dict[str, Any]:
 
 
 def test_curate_flow_fails_on_validation_without_retrying(prefect_server, tmp_path: Path) -> None:
-    from flows.pipeline import curate_flow
+    from flows.odysseus import curate_flow
 
     # every annotation's perception is far shorter than this: all rows fail validation
     bad = {"validation": {"perception_chars": [5000, 6000]}}
@@ -336,7 +336,7 @@ def test_curate_flow_fails_on_validation_without_retrying(prefect_server, tmp_pa
 
 @pytest.mark.slow
 def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path: Path) -> None:
-    from flows.pipeline import train_odysseus_flow
+    from flows.odysseus import train_odysseus_flow
     from odyssey_core.registry.models import ModelRegistry
 
     overrides = {"run_dir": str(tmp_path / "run")}

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 import torch
 
-from odyssey_core.gtr import pipeline
-from odyssey_core.gtr.pipeline import (
+from odyssey_core.recipes.gtr import pipeline
+from odyssey_core.recipes.gtr.pipeline import (
     GTRPipelineConfig,
     load_gtr_pipeline_config,
     stage_gtr_evaluate,
     stage_gtr_register,
     stage_gtr_train,
 )
-from odyssey_core.pipeline import DONE_MARKER
+from odyssey_core.stages import DONE_MARKER
 
 torch.set_num_threads(1)  # tiny models on a busy machine (see tests/model_fixtures.py)
 
@@ -49,7 +49,7 @@ def run_all(cfg: GTRPipelineConfig) -> dict[str, dict[str, Any]]:
 
 
 def test_presets_load_and_name_the_registered_model() -> None:
-    from odyssey_core.gtr.settings import load_gtr_settings
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
 
     tiny = load_gtr_pipeline_config("tiny")
     assert tiny.game == "gtr-numberline" and tiny.train.preset == "tiny"
@@ -68,7 +68,7 @@ def test_presets_load_and_name_the_registered_model() -> None:
 
 
 def test_collapse_metrics_read_the_gtr_answer_format() -> None:
-    from odyssey_core.gtr.evaluation import action_words, gtr_collapse_metrics
+    from odyssey_core.recipes.gtr.evaluation import action_words, gtr_collapse_metrics
 
     legal = ["+", "-"]
     texts = [

@@ -1,39 +1,55 @@
 """The Odysseus training pipeline as plain functions: curate -> SFT -> RL -> evaluate -> promote.
 
 Curation is itself five stages (record walkthroughs -> sample frames -> annotate -> validate ->
-build the dataset); ``stage_curate`` runs them in order. Every stage works in
-``<run_dir>/<stage>/`` (``<run_dir>/curate/<stage>/`` for the curation ones), publishes what it
-made to the artifact store under ``runs/<run_id>/<stage>/`` and returns small dicts of URIs
-and numbers (never models or datasets), so an orchestrator (the Prefect flows under
-``flows/``) can pass them around cheaply; a stage reads its inputs back from the store by URI.
-The last thing a stage writes is ``<stage dir>/done.json``: its outputs plus a fingerprint of
-its inputs. Called again with the same inputs while that marker and the outputs exist, a stage
-returns the recorded outputs without redoing any work; that is how a failed run resumes (RL
-additionally continues from its latest checkpoint).
+build the dataset); ``stage_curate`` runs them in order. Every stage runs in the envelope of
+:func:`odyssey_core.stages.run_stage`: it works in ``<run_dir>/<stage>/``
+(``<run_dir>/curate/<stage>/`` for the curation ones), logs a nested MLflow stage run,
+publishes what it made to the artifact store under ``runs/<run_id>/<stage>/`` and returns
+small dicts of URIs and numbers; a stage reads its inputs back from the store by URI. Called
+again with the same inputs while its done marker and outputs exist, a stage returns the
+recorded outputs without redoing any work; that is how a failed run resumes (RL additionally
+continues from its latest checkpoint). ``stage_promote`` registers and gates the candidate
+with :func:`odyssey_core.stages.register_and_gate`; ``nightly_evaluate`` re-evaluates the
+champion.
 
-This module imports no Prefect: it runs the same from a notebook, a CLI or a test.
+This module imports no Prefect (``tasks/odysseus.py`` and ``flows/odysseus.py`` wrap it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
-import os
 import shutil
 import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from odyssey_core.config import config_dir, deep_merge, load_preset
+from odyssey_core.stages import (
+    DONE_MARKER,
+    PipelineSection,
+    RunConfig,
+    Stage,
+    StageContext,
+    advance,
+    fetch,
+    fetch_json,
+    make_tracker,
+    numeric,
+    read_marker,
+    register_and_gate,
+    run_stage,
+    step_bar,
+)
 
 __all__ = [
     "CURATE_STAGES",
     "DONE_MARKER",
+    "SCORE_KEY",
     "STAGES",
     "PipelineConfig",
     "RunConfig",
@@ -41,6 +57,7 @@ __all__ = [
     "load_pipeline_config",
     "make_tracker",
     "nightly_evaluate",
+    "nightly_table",
     "read_marker",
     "stage_annotate",
     "stage_build_dataset",
@@ -56,18 +73,13 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DONE_MARKER = "done.json"
 SCORE_KEY = "eval.mean_progress"  # the registered-version metric nightly-eval compares against
 
 
 # -- configuration ------------------------------------------------------------------------------
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class StagePreset(_Model):
+class StagePreset(PipelineSection):
     """A library preset (name or YAML path) plus overrides merged over it."""
 
     preset: str = "tiny"
@@ -80,7 +92,7 @@ class SFTStage(StagePreset):
     )
 
 
-class EvalStage(_Model):
+class EvalStage(PipelineSection):
     suite: str = "odland"
     overrides: dict[str, Any] = Field(default_factory=dict, description="top-level suite keys")
     runs: int | None = Field(default=None, ge=1, description="from-start runs per level")
@@ -88,42 +100,12 @@ class EvalStage(_Model):
     vector: str = "sync"
 
 
-class PromotionStage(_Model):
+class PromotionStage(PipelineSection):
     margin: float | None = Field(default=None, ge=0, description="None: registry settings")
     alpha: float | None = Field(default=None, gt=0, lt=1)
     nightly_margin: float = Field(
         default=0.0, ge=0, description="nightly-eval fails when the champion drops more"
     )
-
-
-class RunConfig(_Model):
-    """Where one pipeline run lives: its folder, artifact store, MLflow tracking and experiment.
-    Every pipeline config (this module's, GTR's) extends it; the stage helpers read only these."""
-
-    name: str = "tiny"
-    game: str = "odland"
-    run_dir: Path = Path("out/pipeline/tiny")
-    run_id: str | None = Field(default=None, description="artifact-store prefix; default: name")
-    artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
-    tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
-    experiment: str = "odyssey/train_odysseus"
-
-    @property
-    def run_key(self) -> str:
-        return self.run_id or self.name
-
-    @property
-    def store_uri(self) -> str:
-        return self.artifact_uri or (self.run_dir.resolve() / "artifacts").as_uri()
-
-    @property
-    def mlflow_uri(self) -> str:
-        return self.tracking_uri or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
-
-    def stage_dir(self, stage: str) -> Path:
-        path = self.run_dir / stage
-        path.mkdir(parents=True, exist_ok=True)
-        return path
 
 
 class PipelineConfig(RunConfig):
@@ -143,108 +125,6 @@ def load_pipeline_config(
     return load_preset(
         PipelineConfig, preset, dict(overrides or {}), kind="pipeline", what="pipeline"
     )
-
-
-# -- done markers -------------------------------------------------------------------------------
-
-
-def fingerprint(*parts: Any) -> str:
-    """A stable hash of JSON-able inputs (configs as dicts, upstream URIs)."""
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def read_marker(stage_dir: Path) -> dict[str, Any] | None:
-    path = stage_dir / DONE_MARKER
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:  # a torn write: treat as not done
-        return None
-
-
-def _finished(stage_dir: Path, key: str) -> dict[str, Any] | None:
-    """The recorded outputs when the marker matches ``key`` and its local outputs still exist."""
-    marker = read_marker(stage_dir)
-    if marker is None or marker.get("fingerprint") != key:
-        return None
-    if not all(Path(p).exists() for p in marker.get("local", [])):
-        return None
-    log.info("%s: done marker matches, skipping", stage_dir.name)
-    return dict(marker["outputs"])
-
-
-def _mark_done(
-    stage_dir: Path, key: str, outputs: dict[str, Any], local: list[Path]
-) -> dict[str, Any]:
-    # Written atomically and last: a crash before this line means the stage reruns.
-    marker = {"fingerprint": key, "outputs": outputs, "local": [str(p) for p in local]}
-    tmp = stage_dir / f".{DONE_MARKER}.tmp"
-    tmp.write_text(json.dumps(marker, indent=2, sort_keys=True))
-    os.replace(tmp, stage_dir / DONE_MARKER)
-    return outputs
-
-
-# -- shared helpers -----------------------------------------------------------------------------
-
-
-def make_tracker(cfg: RunConfig) -> Any:
-    """The run's MLflow experiment; its artifacts go under the run folder, not ./mlruns."""
-    from odyssey_core.registry.tracking import Tracker
-
-    location = (cfg.run_dir.resolve() / "mlflow-artifacts").as_uri()
-    return Tracker(cfg.mlflow_uri, cfg.experiment, artifact_location=location)
-
-
-def _store(cfg: RunConfig, stage: str | None = None) -> Any:
-    from odyssey_core.registry.artifacts import open_store
-
-    store = open_store(cfg.store_uri)
-    return store if stage is None else store.for_run(cfg.run_key, stage)
-
-
-def _fetch(cfg: RunConfig, uri: str, dest: Path) -> Path:
-    """A local copy of a store folder; reused when a previous attempt already fetched the same
-    publication of it, fetched again when the folder was republished since."""
-    return _fetch_input(cfg, uri, _publication(cfg, uri), dest)
-
-
-def _training_dir(work: Path, key: str) -> Path:
-    """``work/train`` for the inputs fingerprinted by ``key``. A retry with the same inputs
-    resumes from the checkpoints there; other inputs (a new dataset or SFT model, another
-    preset) start from scratch instead of resuming a run that trained on something else."""
-    train = work / "train"
-    stamp = work / ".train-inputs"
-    if stamp.is_file() and stamp.read_text() != key:
-        log.info("%s: inputs changed, not resuming the previous training run", work.name)
-        shutil.rmtree(train, ignore_errors=True)
-    train.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(key)
-    return train
-
-
-def _step_bar(desc: str, total: int | None = None) -> Any:
-    """A per-step progress bar for the long stages; shown on a terminal only (disable=None),
-    so logs and CI stay clean."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", disable=None)
-
-
-def _advance(bar: Any, step: int, **postfix: float) -> None:
-    bar.update(max(0, step - bar.n))
-    if postfix:
-        bar.set_postfix({k: f"{v:.3g}" for k, v in postfix.items()}, refresh=False)
-
-
-def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
-    out = {}
-    for key, value in metrics.items():
-        numeric = isinstance(value, int | float) and not isinstance(value, bool)
-        if numeric and math.isfinite(float(value)):
-            out[key] = float(value)
-    return out
 
 
 def _rl_preset_path(preset: str) -> Path:
@@ -267,6 +147,10 @@ STAGES = (*CURATE_STAGES, "sft", "rl", "evaluate", "promote")
 _PROGRESS = {"show_progress": True, "sampling": {"show_progress": True}}
 
 
+def _curation(name: str) -> Stage:
+    return Stage(name, folder=f"curate/{name}", prefix="curate")
+
+
 def _curate_config(cfg: PipelineConfig) -> Any:
     from odyssey_core.data.cli import load_curate_config
 
@@ -278,38 +162,6 @@ def _section(config: Any, *names: str) -> dict[str, Any]:
     not change what a stage makes, so toggling them must not rerun anything)."""
     dump = config.model_dump(mode="json", exclude=_PROGRESS)
     return {name: dump[name] for name in names} if names else dump
-
-
-def _publication(cfg: RunConfig, uri: str) -> str:
-    """Which publication of a store folder ``uri`` holds: its manifest (written last, with the
-    upload time). A stage's URI is the same on every rerun, so fingerprints take this as well:
-    when an upstream stage reruns, everything downstream of it reruns too."""
-    store = _store(cfg)
-    manifest = store.read_manifest(store.key_for(uri))
-    return fingerprint(manifest.created_at, [(f.path, f.sha256) for f in manifest.files])
-
-
-def _fetch_input(cfg: RunConfig, uri: str, publication: str, dest: Path) -> Path:
-    """A local copy of the current publication of ``uri``; a copy of an older one (a previous
-    run of the upstream stage) is replaced rather than reused."""
-    stamp = dest.with_name(f".{dest.name}.publication")
-    if dest.is_dir() and stamp.is_file() and stamp.read_text() == publication:
-        return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    store = _store(cfg)
-    store.get_dir(store.key_for(uri), dest, overwrite=True)
-    stamp.write_text(publication)
-    return dest
-
-
-def _inputs(cfg: RunConfig, **uris: str) -> dict[str, tuple[str, str]]:
-    """name -> (uri, publication) for a stage's store inputs."""
-    return {name: (uri, _publication(cfg, uri)) for name, uri in uris.items()}
-
-
-def _fetch_inputs(cfg: PipelineConfig, inputs: Mapping[str, tuple[str, str]], out: Path) -> None:
-    for folder, (uri, publication) in inputs.items():
-        _fetch_input(cfg, uri, publication, out / folder)
 
 
 def _rebase_walkthroughs(folder: Path) -> None:
@@ -348,14 +200,11 @@ def stage_record(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> di
     from odyssey_core.data.walkthroughs import load_walkthroughs
 
     config = _curate_config(cfg)
-    work = cfg.stage_dir("curate/record")
     params = _section(config, "game", "source", "record", "imports")
-    key = fingerprint("record", cfg.run_key, params)
-    if (done := _finished(work, key)) is not None:
-        return done
-    with make_tracker(cfg).stage_run("record", parent_run_id=parent_run_id, params=params) as run:
-        _fresh(work / "out" / "walkthroughs")
-        folder = run_record(config, work / "out")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        _fresh(ctx.work / "out" / "walkthroughs")
+        folder = run_record(config, ctx.work / "out")
         walkthroughs = load_walkthroughs(folder)
         frames: dict[str, int] = {}
         for w in walkthroughs:
@@ -364,21 +213,24 @@ def stage_record(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> di
             for s in w.segments:
                 share = (s["end_s"] - s["start_s"]) / total
                 frames[s["level"]] = frames.get(s["level"], 0) + round(w.frame_count * share)
-        run.log_metrics(
+        ctx.run.log_metrics(
             {
                 "walkthroughs": float(len(walkthroughs)),
                 "frames": float(sum(frames.values())),
                 **{f"frames.{level}": float(n) for level, n in frames.items()},
             }
         )
-        uri = _store(cfg, "curate").put_dir(folder, "walkthroughs")
-        run.log_artifact_ref("walkthroughs", uri)
-        outputs = {
+        uri = ctx.publish_dir(folder, "walkthroughs", ref="walkthroughs")
+        ctx.keep(folder)
+        return {
             "walkthroughs_uri": uri,
             "walkthroughs": len(walkthroughs),
             "frames": sum(frames.values()),
         }
-    return _mark_done(work, key, outputs, [folder])
+
+    return run_stage(
+        cfg, _curation("record"), body, config=[params], params=params, parent_run_id=parent_run_id
+    )
 
 
 def stage_sample(
@@ -391,31 +243,37 @@ def stage_sample(
     from odyssey_core.data.walkthroughs import load_walkthroughs
 
     config = _curate_config(cfg)
-    work = cfg.stage_dir("curate/sample")
     params = _section(config, "game", "sampling")
-    inputs = _inputs(cfg, walkthroughs=walkthroughs_uri)
-    key = fingerprint("sample", cfg.run_key, params, inputs)
-    if (done := _finished(work, key)) is not None:
-        return done
-    with make_tracker(cfg).stage_run("sample", parent_run_id=parent_run_id, params=params) as run:
-        _fetch_inputs(cfg, inputs, work / "out")
-        _rebase_walkthroughs(work / "out" / "walkthroughs")
-        _fresh(work / "out" / "samples")
-        folder = run_sample(config, work / "out")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        out = ctx.work / "out"
+        ctx.fetch_inputs(out)
+        _rebase_walkthroughs(out / "walkthroughs")
+        _fresh(out / "samples")
+        folder = run_sample(config, out)
         per_level = _level_counts(read_table(folder / SAMPLES_FILE))
         kept = sum(per_level.values())
-        recorded = sum(w.frame_count for w in load_walkthroughs(work / "out" / "walkthroughs"))
-        run.log_metrics(
+        recorded = sum(w.frame_count for w in load_walkthroughs(out / "walkthroughs"))
+        ctx.run.log_metrics(
             {
                 "frames_in": float(recorded),  # what was recorded, before sampling and dedup
                 "frames_kept": float(kept),
                 **{f"frames_kept.{k}": float(n) for k, n in per_level.items()},
             }
         )
-        uri = _store(cfg, "curate").put_dir(folder, "samples")
-        run.log_artifact_ref("samples", uri)
-        outputs = {"samples_uri": uri, "samples": kept}
-    return _mark_done(work, key, outputs, [folder])
+        uri = ctx.publish_dir(folder, "samples", ref="samples")
+        ctx.keep(folder)
+        return {"samples_uri": uri, "samples": kept}
+
+    return run_stage(
+        cfg,
+        _curation("sample"),
+        body,
+        config=[params],
+        inputs={"walkthroughs": walkthroughs_uri},
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_annotate(
@@ -430,23 +288,28 @@ def stage_annotate(
     from odyssey_core.data.teachers import ANNOTATIONS_FILE
 
     config = _curate_config(cfg)
-    work = cfg.stage_dir("curate/annotate")
     params = _section(config, "game", "teacher")
-    inputs = _inputs(cfg, samples=samples_uri)
-    key = fingerprint("annotate", cfg.run_key, params, inputs)
-    if (done := _finished(work, key)) is not None:
-        return done
-    with make_tracker(cfg).stage_run("annotate", parent_run_id=parent_run_id, params=params) as run:
-        _fetch_inputs(cfg, inputs, work / "out")
-        folder = run_annotate(config, work / "out")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        ctx.fetch_inputs(ctx.work / "out")
+        folder = run_annotate(config, ctx.work / "out")
         rows = pq.read_metadata(folder / ANNOTATIONS_FILE).num_rows
         metrics = read_json(folder / "teacher_metrics.json")
         # tokens, cost, cache hits, HTTP counters: whatever the teacher reports as numbers
-        run.log_metrics(_numeric({**metrics, "annotations": rows}))
-        uri = _store(cfg, "curate").put_dir(folder, "annotations")
-        run.log_artifact_ref("annotations", uri)
-        outputs = {"annotations_uri": uri, "annotations": rows}
-    return _mark_done(work, key, outputs, [folder])
+        ctx.run.log_metrics(numeric({**metrics, "annotations": rows}))
+        uri = ctx.publish_dir(folder, "annotations", ref="annotations")
+        ctx.keep(folder)
+        return {"annotations_uri": uri, "annotations": rows}
+
+    return run_stage(
+        cfg,
+        _curation("annotate"),
+        body,
+        config=[params],
+        inputs={"samples": samples_uri},
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_validate(
@@ -464,45 +327,50 @@ def stage_validate(
     from odyssey_core.data.validation import ValidationFailed
 
     config = _curate_config(cfg)
-    work = cfg.stage_dir("curate/validate")
     params = _section(config, "game", "validation")
-    inputs = _inputs(cfg, annotations=annotations_uri, samples=samples_uri)
-    key = fingerprint("validate", cfg.run_key, params, inputs)
-    if (done := _finished(work, key)) is not None:
-        return done
-    with make_tracker(cfg).stage_run("validate", parent_run_id=parent_run_id, params=params) as run:
-        _fetch_inputs(cfg, inputs, work / "out")
-        target = _fresh(work / "out" / "validation")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        ctx.fetch_inputs(ctx.work / "out")
+        target = _fresh(ctx.work / "out" / "validation")
 
         def log_report() -> dict[str, Any]:
             report = read_json(target / VALIDATION_JSON)
             summary = report.get("summary", {})
             # a top-level flag makes log_validation_report tag the run validation.curate
-            run.log_validation_report({**report, "ok": bool(summary.get("success"))}, "curate")
+            ctx.run.log_validation_report({**report, "ok": bool(summary.get("success"))}, "curate")
             if (target / VALIDATION_HTML).is_file():
-                run.log_artifact(target / VALIDATION_HTML, "reports")
-            run.log_metrics(
-                _numeric(
+                ctx.run.log_artifact(target / VALIDATION_HTML, "reports")
+            ctx.run.log_metrics(
+                numeric(
                     {k: summary.get(k) for k in ("rows", "passed", "quarantined", "failed_share")}
                 )
             )
             return summary
 
         try:
-            folder = run_validate(config, work / "out")
+            folder = run_validate(config, ctx.work / "out")
         except ValidationFailed:
             if (target / VALIDATION_JSON).is_file():
                 log_report()  # the reason is what one wants to see on a failed run
             raise
         summary = log_report()
-        uri = _store(cfg, "curate").put_dir(folder, "validation")
-        run.log_artifact_ref("validation", uri)
-        outputs = {
+        uri = ctx.publish_dir(folder, "validation", ref="validation")
+        ctx.keep(folder)
+        return {
             "validation_uri": uri,
             "passed": int(summary.get("passed", 0)),
             "quarantined": int(summary.get("quarantined", 0)),
         }
-    return _mark_done(work, key, outputs, [folder])
+
+    return run_stage(
+        cfg,
+        _curation("validate"),
+        body,
+        config=[params],
+        inputs={"annotations": annotations_uri, "samples": samples_uri},
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_build_dataset(
@@ -518,23 +386,16 @@ def stage_build_dataset(
     from odyssey_core.data.cli import run_build
 
     config = _curate_config(cfg)
-    work = cfg.stage_dir("curate/build-dataset")
     # the manifest records the whole curation config, so all of it is an input here
     params = _section(config)
-    inputs = _inputs(
-        cfg, validation=validation_uri, samples=samples_uri, annotations=annotations_uri
-    )
-    key = fingerprint("build-dataset", cfg.run_key, params, inputs)
-    if (done := _finished(work, key)) is not None:
-        return done
-    tracker = make_tracker(cfg)
-    with tracker.stage_run("build-dataset", parent_run_id=parent_run_id, params=params) as run:
-        _fetch_inputs(cfg, inputs, work / "out")
-        _fresh(work / "out" / "dataset")
-        dataset = run_build(config, work / "out")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        ctx.fetch_inputs(ctx.work / "out")
+        _fresh(ctx.work / "out" / "dataset")
+        dataset = run_build(config, ctx.work / "out")
         manifest = json.loads((dataset / "manifest.json").read_text())
-        uri = _store(cfg, "curate").put_dir(dataset, "dataset")
-        run.log_dataset_manifest({**manifest, "uri": uri}, "sft")
+        uri = ctx.publish_dir(dataset, "dataset")
+        ctx.run.log_dataset_manifest({**manifest, "uri": uri}, "sft")
         num_samples = int(manifest.get("num_samples", 0))
         metrics = {
             "num_samples": float(num_samples),
@@ -544,9 +405,20 @@ def stage_build_dataset(
             metrics[f"samples.{split}"] = float(n)
         for level, splits in manifest.get("levels", {}).items():
             metrics[f"samples.{level}"] = float(sum(splits.values()))
-        run.log_metrics(metrics)
-        outputs = {"dataset_uri": uri, "num_samples": num_samples}
-    return _mark_done(work, key, outputs, [dataset])
+        ctx.run.log_metrics(metrics)
+        ctx.keep(dataset)
+        return {"dataset_uri": uri, "num_samples": num_samples}
+
+    inputs = {"validation": validation_uri, "samples": samples_uri, "annotations": annotations_uri}
+    return run_stage(
+        cfg,
+        _curation("build-dataset"),
+        body,
+        config=[params],
+        inputs=inputs,
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
@@ -574,7 +446,7 @@ def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> di
     }
 
 
-# -- stages -------------------------------------------------------------------------------------
+# -- SFT and RL ---------------------------------------------------------------------------------
 
 
 def stage_sft(
@@ -584,88 +456,76 @@ def stage_sft(
     from odyssey_core.sft.settings import load_sft_settings
     from odyssey_core.sft.trainer import run_sft
 
-    work = cfg.stage_dir("sft")
     settings = load_sft_settings(cfg.sft.preset, cfg.sft.overrides)
-    # the dataset's publication too: a rebuilt dataset (same URI) retrains
-    key = fingerprint(
-        "sft",
-        cfg.run_key,
-        settings.model_dump(mode="json"),
-        cfg.sft.base_model,
-        _inputs(cfg, dataset=dataset_uri),
-    )
-    if (done := _finished(work, key)) is not None:
-        return done
-    store = _store(cfg, "sft")
-    with make_tracker(cfg).stage_run("sft", parent_run_id=parent_run_id, params=settings) as run:
-        dataset = _fetch(cfg, dataset_uri, work / "dataset")
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset = ctx.fetch("dataset", ctx.work / "dataset")
         if cfg.sft.base_model is not None:
             base = Path(cfg.sft.base_model)
         else:
-            base = work / "base-model"
+            base = ctx.work / "base-model"
             if not (base / "config.json").is_file():
                 from odyssey_core.models.tiny import build_tiny_model
 
                 build_tiny_model(base, seed=0)
 
-        bar = _step_bar("sft")
+        bar = step_bar("sft")
 
         def on_metrics(metrics: dict[str, Any]) -> None:
             step = metrics.get("step")
-            run.log_metrics(_numeric(metrics), step=int(step) if step is not None else None)
+            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
             if step is not None and "loss" in metrics:
-                _advance(bar, int(step), loss=float(metrics["loss"]))
+                advance(bar, int(step), loss=float(metrics["loss"]))
 
         # resume=True: a retried or resumed run picks up the latest SFT checkpoint
         with bar:
             result = run_sft(
-                settings,
-                dataset,
-                base,
-                _training_dir(work, key),
-                resume=True,
-                callbacks=[on_metrics],
+                settings, dataset, base, ctx.training_dir(), resume=True, callbacks=[on_metrics]
             )
         final = {"steps": float(result.steps)}
         for name in ("train_loss", "eval_loss"):
             if getattr(result, name) is not None:
                 final[f"final_{name}"] = float(getattr(result, name))
-        run.log_metrics(final)
-        model_uri = store.put_dir(result.final_dir, "model")
-        base_uri = store.put_dir(base, "base-model")
-        run.log_artifact_ref("model", model_uri)
-        outputs = {"model_uri": model_uri, "base_model_uri": base_uri, "steps": result.steps}
-    return _mark_done(work, key, outputs, [result.final_dir])
+        ctx.run.log_metrics(final)
+        model_uri = ctx.publish_dir(result.final_dir, "model", ref="model")
+        base_uri = ctx.publish_dir(base, "base-model")
+        ctx.keep(result.final_dir)
+        return {"model_uri": model_uri, "base_model_uri": base_uri, "steps": result.steps}
+
+    # the dataset's publication is an input: a rebuilt dataset (same URI) retrains
+    return run_stage(
+        cfg,
+        "sft",
+        body,
+        config=[settings.model_dump(mode="json"), cfg.sft.base_model],
+        inputs={"dataset": dataset_uri},
+        params=settings,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_rl(
     cfg: PipelineConfig, model_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``."""
+    from odyssey_core.recipes.odysseus.settings import load_train_settings
+    from odyssey_core.recipes.odysseus.train import build_trainer
     from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
-    from odyssey_core.rl.train_settings import load_train_settings
-    from odyssey_core.rl.trainer import RLTrainer
 
-    work = cfg.stage_dir("rl")
-    # the SFT model's publication too: a retrained SFT model (same URI) trains RL again
-    key = fingerprint(
-        "rl", cfg.run_key, cfg.rl.model_dump(mode="json"), _inputs(cfg, model=model_uri)
-    )
-    if (done := _finished(work, key)) is not None:
-        return done
-    sft_model = _fetch(cfg, model_uri, work / "sft-model")
-    overrides = deep_merge(cfg.rl.overrides, {"model": {"path": str(sft_model.resolve())}})
-    settings = load_train_settings(_rl_preset_path(cfg.rl.preset), overrides)
-    with make_tracker(cfg).stage_run("rl", parent_run_id=parent_run_id, params=settings) as run:
-        bar = _step_bar("rl", settings.steps)
+    def body(ctx: StageContext) -> dict[str, Any]:
+        sft_model = ctx.fetch("model", ctx.work / "sft-model")
+        overrides = deep_merge(cfg.rl.overrides, {"model": {"path": str(sft_model.resolve())}})
+        settings = load_train_settings(_rl_preset_path(cfg.rl.preset), overrides)
+        ctx.run.log_params(settings)
+        bar = step_bar("rl", settings.steps)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            run.log_metrics(_numeric(metrics), step=step)
+            ctx.run.log_metrics(numeric(metrics), step=step)
             progress = metrics.get("all/progress_mean", float("nan"))
-            _advance(bar, step, progress=progress)
+            advance(bar, step, progress=progress)
 
-        train_dir = _training_dir(work, key)
-        trainer = RLTrainer.from_settings(settings, train_dir, resume=True, callbacks=[on_step])
+        train_dir = ctx.training_dir()
+        trainer = build_trainer(settings, train_dir, resume=True, callbacks=[on_step])
         try:
             with bar:
                 trainer.train()
@@ -678,11 +538,23 @@ def stage_rl(
         # The policy folder is what an hf: agent (and the registry) needs; the optimizer state
         # stays local for resuming. Its key names the inputs, so a registered version keeps
         # pointing at the weights it was gated on when a later run of this pipeline trains anew.
-        uri = _store(cfg, "rl").put_dir(policy_dir(checkpoint), f"checkpoint-{key[:12]}")
-        run.log_artifact_ref("checkpoint", uri)
-        run.log_metrics({"steps": float(steps)})
-        outputs = {"checkpoint_uri": uri, "steps": steps, "checkpoint": checkpoint.name}
-    return _mark_done(work, key, outputs, [checkpoint])
+        uri = ctx.publish_dir(policy_dir(checkpoint), f"checkpoint-{ctx.tag}", ref="checkpoint")
+        ctx.run.log_metrics({"steps": float(steps)})
+        ctx.keep(checkpoint)
+        return {"checkpoint_uri": uri, "steps": steps, "checkpoint": checkpoint.name}
+
+    # the SFT model's publication is an input: a retrained SFT model (same URI) trains RL again
+    return run_stage(
+        cfg,
+        "rl",
+        body,
+        config=[cfg.rl.model_dump(mode="json")],
+        inputs={"model": model_uri},
+        parent_run_id=parent_run_id,
+    )
+
+
+# -- evaluate and promote -----------------------------------------------------------------------
 
 
 def _episode_scores(results: Any, agent: str) -> list[float]:
@@ -708,7 +580,7 @@ def evaluate_checkpoint(
     from odyssey_core.policy.base import GenerationParams
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    model = _fetch(cfg, model_uri, out_dir / "model")
+    model = fetch(cfg, model_uri, out_dir / "model")
     suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
     params = (
         GenerationParams(max_new_tokens=cfg.eval.max_new_tokens)
@@ -726,7 +598,7 @@ def evaluate_checkpoint(
     return {
         "scores": scores,
         "mean": mean,
-        "metrics": _numeric(results.metrics()),
+        "metrics": numeric(results.metrics()),
         "report_dir": str(out_dir / "report"),
         "report_markdown": str(report.markdown),
     }
@@ -736,40 +608,34 @@ def stage_evaluate(
     cfg: PipelineConfig, checkpoint_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean."""
-    work = cfg.stage_dir("evaluate")
-    key = fingerprint(
-        "evaluate",
-        cfg.run_key,
-        cfg.eval.model_dump(mode="json"),
-        _inputs(cfg, checkpoint=checkpoint_uri),
-    )
-    if (done := _finished(work, key)) is not None:
-        return done
     params = cfg.eval.model_dump(mode="json")
-    with make_tracker(cfg).stage_run("evaluate", parent_run_id=parent_run_id, params=params) as run:
-        evaluated = evaluate_checkpoint(cfg, checkpoint_uri, "candidate", work / "candidate")
-        run.log_metrics(_numeric({**evaluated["metrics"], SCORE_KEY: evaluated["mean"]}))
-        run.log_artifact(evaluated["report_markdown"], "reports")
-        store = _store(cfg, "evaluate")
-        report_uri = store.put_dir(evaluated["report_dir"], "report")
-        scores_uri = store.put_file(work / "candidate" / "scores.json", "scores.json")
-        outputs = {
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        out = ctx.work / "candidate"
+        evaluated = evaluate_checkpoint(cfg, checkpoint_uri, "candidate", out)
+        ctx.run.log_metrics(numeric({**evaluated["metrics"], SCORE_KEY: evaluated["mean"]}))
+        ctx.run.log_artifact(evaluated["report_markdown"], "reports")
+        report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
+        scores_uri = ctx.publish_file(out / "scores.json", "scores.json")
+        ctx.keep(out / "scores.json")
+        return {
             "report_uri": report_uri,
             "scores_uri": scores_uri,
-            "scores_path": str(work / "candidate" / "scores.json"),
+            "scores_path": str(out / "scores.json"),
             "report_markdown": str(evaluated["report_markdown"]),
             "mean_progress": evaluated["mean"],
             "episodes": len(evaluated["scores"]),
         }
-    return _mark_done(work, key, outputs, [work / "candidate" / "scores.json"])
 
-
-def _read_scores(cfg: PipelineConfig, evaluation: Mapping[str, Any], dest: Path) -> list[float]:
-    path = Path(evaluation.get("scores_path", ""))
-    if not path.is_file():
-        store = _store(cfg)
-        path = store.get_file(store.key_for(evaluation["scores_uri"]), dest)
-    return [float(x) for x in json.loads(Path(path).read_text())["scores"]]
+    return run_stage(
+        cfg,
+        "evaluate",
+        body,
+        config=[params],
+        inputs={"checkpoint": checkpoint_uri},
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def stage_promote(
@@ -783,69 +649,55 @@ def stage_promote(
     """Register the checkpoint as the candidate version and run the promotion gate against the
     champion's scores on the same suite (re-evaluated now) or, for the first model, the base
     model's. Returns the version, the decision and its reason."""
-    from odyssey_core.registry.models import ModelRegistry
+    dest = cfg.stage_dir("promote") / "candidate-scores.json"
+    scores = fetch_json(cfg, evaluation.get("scores_path"), evaluation.get("scores_uri"), dest)
+    candidate_scores = [float(x) for x in scores["scores"]]
 
-    work = cfg.stage_dir("promote")
-    candidate_scores = _read_scores(cfg, evaluation, work / "candidate-scores.json")
-    # The scores themselves, not their URI: a re-evaluation publishes under the same key. The
-    # checkpoint's URI already names the inputs it was trained on (see stage_rl).
-    key = fingerprint(
-        "promote",
-        cfg.run_key,
-        cfg.eval.model_dump(mode="json"),
-        cfg.promotion.model_dump(mode="json"),
-        checkpoint_uri,
-        base_model_uri,
-        candidate_scores,
-    )
-    if (done := _finished(work, key)) is not None:
-        return done
-    registry = ModelRegistry(cfg.mlflow_uri)
-    with make_tracker(cfg).stage_run("promote", parent_run_id=parent_run_id) as run:
-        champion = registry.champion(cfg.game)
-        reference_uri = registry.checkpoint_uri(cfg.game, champion) if champion else base_model_uri
-        label = "champion" if champion else "base"
-        shutil.rmtree(work / label, ignore_errors=True)  # the champion may have changed
-        reference = evaluate_checkpoint(cfg, reference_uri, label, work / label)
+    def evaluate_reference(model_uri: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
+        evaluated = evaluate_checkpoint(cfg, model_uri, label, out_dir)
+        return evaluated["scores"], evaluated
+
+    def body(ctx: StageContext) -> dict[str, Any]:
         mean = statistics.fmean(candidate_scores) if candidate_scores else float("nan")
-        version = registry.register_checkpoint(
-            checkpoint_uri,
-            cfg.game,
-            run_id=run.run_id,
+        outcome = register_and_gate(
+            ctx,
+            game=cfg.game,
+            checkpoint_uri=checkpoint_uri,
+            candidate_scores=candidate_scores,
+            base_model=base_model_uri,
+            evaluate_reference=evaluate_reference,
+            margin=cfg.promotion.margin,
+            alpha=cfg.promotion.alpha,
             metrics={SCORE_KEY: mean, "eval.episodes": float(len(candidate_scores))},
             tags={"odyssey.pipeline_run": cfg.run_key, "odyssey.suite": cfg.eval.suite},
         )
-        decision = registry.promote(
-            cfg.game,
-            candidate_scores,
-            champion_scores=reference["scores"] if champion else None,
-            base_scores=None if champion else reference["scores"],
-            margin=cfg.promotion.margin,
-            alpha=cfg.promotion.alpha,
-            candidate_version=version,
-        )
-        gate = decision.gate
-        run.log_params({"reference": label, "reference_version": champion or "base"})
-        run.log_metrics(
-            _numeric(
-                {"candidate_mean": mean, f"{label}_mean": reference["mean"], "version": version}
+        reference_mean = outcome.reference_evaluation["mean"]
+        ctx.run.log_metrics(
+            numeric(
+                {
+                    "candidate_mean": mean,
+                    f"{outcome.reference}_mean": reference_mean,
+                    "version": outcome.version,
+                }
             )
         )
-        run.set_tags(
-            {"promotion.promoted": str(decision.promoted), "promotion.reason": gate.reason}
-        )
-        outputs = {
-            "model_name": registry.model_name(cfg.game),
-            "version": version,
-            "promoted": decision.promoted,
-            "reason": gate.reason,
-            "reference": label,
-            "reference_version": champion,
-            "champion": decision.champion,
-            "candidate_mean": mean,
-            "reference_mean": reference["mean"],
-        }
-    return _mark_done(work, key, outputs, [])
+        return {**outcome.outputs(), "candidate_mean": mean, "reference_mean": reference_mean}
+
+    # The scores themselves, not their URI: a re-evaluation publishes under the same key. The
+    # checkpoint's URI already names the inputs it was trained on (see stage_rl).
+    return run_stage(
+        cfg,
+        "promote",
+        body,
+        config=[
+            cfg.eval.model_dump(mode="json"),
+            cfg.promotion.model_dump(mode="json"),
+            checkpoint_uri,
+            base_model_uri,
+            candidate_scores,
+        ],
+        parent_run_id=parent_run_id,
+    )
 
 
 # -- nightly evaluation -------------------------------------------------------------------------
@@ -888,7 +740,7 @@ def nightly_evaluate(
         uri = registry.checkpoint_uri(cfg.game, version)
         evaluated = evaluate_checkpoint(cfg, uri, label, out / label)
         rows[label] = {"version": version, "mean": evaluated["mean"]}
-        series.log_metrics(_numeric({f"{label}_mean": evaluated["mean"]}), step=step)
+        series.log_metrics(numeric({f"{label}_mean": evaluated["mean"]}), step=step)
         log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
     tags = registry.client.get_model_version(name, str(champion)).tags or {}
     recorded = float(tags.get(f"metric.{SCORE_KEY}", "nan"))
@@ -905,3 +757,13 @@ def nightly_evaluate(
         "evaluated": rows,
         "mlflow_run_id": series.run_id,
     }
+
+
+def nightly_table(result: Mapping[str, Any]) -> str:
+    """A markdown table of a :func:`nightly_evaluate` result: each evaluated model's mean, then
+    the champion's recorded score."""
+    rows = ["| model | version | mean progress |", "|---|---|---|"]
+    for label, row in result["evaluated"].items():
+        rows.append(f"| {label} | {row['version']} | {row['mean']:.4g} |")
+    rows.append(f"| champion (recorded) | {result['champion']} | {result['recorded']:.4g} |")
+    return "\n".join(rows)

@@ -1,25 +1,22 @@
-"""The training flows: each runs the pipeline up to its stage (``curate-dataset``: the five
+"""The Odysseus training flows: each runs the pipeline
+(:mod:`odyssey_core.recipes.odysseus.pipeline`) up to its stage (``curate-dataset``: the five
 curation tasks, record walkthroughs -> sample frames -> annotate -> validate -> build dataset).
 Finished stages are skipped (Prefect's input cache, then the stage's done marker), so
 ``rl-train`` after ``sft`` pays only for RL, and rerunning a failed ``train-odysseus`` resumes
-where it stopped."""
+where it stopped.
+
+    python -m flows.odysseus --preset demo     # what `make demo` runs
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from prefect import flow
 
-from odyssey_core.pipeline import (
-    STAGES,
-    PipelineConfig,
-    RunConfig,
-    load_pipeline_config,
-    make_tracker,
-)
-from tasks.pipeline import (
+from odyssey_core.recipes.odysseus.pipeline import STAGES, PipelineConfig, load_pipeline_config
+from odyssey_core.stages import parent_run, results_table
+from tasks.odysseus import (
     annotate_task,
     build_dataset_task,
     evaluate_task,
@@ -32,24 +29,6 @@ from tasks.pipeline import (
 )
 
 STAGE_ORDER = STAGES  # record, sample, annotate, validate, build-dataset, sft, rl, ...
-
-
-def results_table(results: dict[str, dict[str, Any]]) -> str:
-    """A markdown table of what each stage returned (URIs and numbers only)."""
-    lines = ["| stage | output | value |", "|---|---|---|"]
-    for stage, outputs in results.items():
-        for key, value in outputs.items():
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
-            lines.append(f"| {stage} | {key} | {text} |")
-    return "\n".join(lines)
-
-
-@contextmanager
-def _flow_run(cfg: RunConfig, flow_name: str) -> Iterator[str]:
-    """An MLflow parent run for this flow run; the stages nest under it."""
-    tracker = make_tracker(cfg)
-    with tracker.run(f"{flow_name}:{cfg.run_key}", params=cfg.model_dump(mode="json")) as run:
-        yield run.run_id
 
 
 def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, Any]]:
@@ -97,7 +76,7 @@ def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, 
 
 def _run(name: str, preset: str, overrides: dict[str, Any] | None, until: str) -> dict[str, Any]:
     cfg = load_pipeline_config(preset, overrides)
-    with _flow_run(cfg, name) as parent:
+    with parent_run(cfg, name) as parent:
         results = _chain(cfg, parent, until)
     print(f"{name} ({cfg.run_key}):\n{results_table(results)}")
     return results

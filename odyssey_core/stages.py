@@ -1,0 +1,479 @@
+"""The one stage envelope every pipeline stage runs in, and what the recipes' pipelines share.
+
+A stage of a recipe's pipeline (``odyssey_core.recipes.<recipe>.pipeline``) is a plain function
+that returns a small dict of URIs and numbers, never models or datasets, so an orchestrator
+(the Prefect flows under ``flows/``) can pass it around cheaply. Its work happens inside
+:func:`run_stage`, which does the same five things for every stage:
+
+1. **fingerprint** the stage's inputs: its label, the run, the config sections it depends on
+   and the current *publication* of every store folder it reads (so when an upstream stage
+   reruns and republishes under the same URI, everything downstream of it reruns too);
+2. **skip** when ``<stage dir>/done.json`` holds that fingerprint and the local outputs it
+   names still exist: the recorded outputs are returned and no work is done (that is how a
+   failed run resumes; training additionally continues from its latest checkpoint);
+3. open the MLflow **stage run** (tag ``odyssey.stage``), nested under the flow's parent run;
+4. run the stage's **body**, which fetches its inputs and **publishes** its outputs to the
+   artifact store under ``runs/<run_id>/<prefix>/`` through the :class:`StageContext`;
+5. write the **marker** last and atomically: a crash before it means the stage reruns, a
+   failing body writes none.
+
+:func:`register_and_gate` is the one promotion step: register the candidate version, evaluate
+the champion (or, for the first model, the base model) on the same episodes, run the
+registry's Welch gate on the two samples (it moves the ``champion`` alias and tags the
+version with the reason) and record the decision on the stage run.
+
+This module imports no Prefect: it runs the same from a notebook, a CLI or a test.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from odyssey_core.registry.artifacts import ArtifactStore
+    from odyssey_core.registry.models import GateResult, PromotionDecision
+    from odyssey_core.registry.tracking import TrackedRun, Tracker
+
+__all__ = [
+    "DONE_MARKER",
+    "GateOutcome",
+    "PipelineSection",
+    "RunConfig",
+    "Stage",
+    "StageContext",
+    "advance",
+    "fetch",
+    "fetch_json",
+    "fingerprint",
+    "make_tracker",
+    "numeric",
+    "parent_run",
+    "publication",
+    "read_marker",
+    "register_and_gate",
+    "results_table",
+    "run_stage",
+    "run_store",
+    "step_bar",
+    "training_dir",
+]
+
+log = logging.getLogger(__name__)
+
+DONE_MARKER = "done.json"
+
+
+# -- the run's configuration --------------------------------------------------------------------
+
+
+class PipelineSection(BaseModel):
+    """A section of a pipeline config: unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunConfig(PipelineSection):
+    """Where one pipeline run lives: its folder, artifact store, MLflow tracking and experiment.
+    Every recipe's pipeline config extends it; the envelope reads only these fields."""
+
+    name: str = "tiny"
+    game: str = "odland"
+    run_dir: Path = Path("out/pipeline/tiny")
+    run_id: str | None = Field(default=None, description="artifact-store prefix; default: name")
+    artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
+    tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
+    experiment: str = "odyssey/train_odysseus"
+
+    @property
+    def run_key(self) -> str:
+        return self.run_id or self.name
+
+    @property
+    def store_uri(self) -> str:
+        return self.artifact_uri or (self.run_dir.resolve() / "artifacts").as_uri()
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.tracking_uri or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
+
+    def stage_dir(self, stage: str) -> Path:
+        path = self.run_dir / stage
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+# -- fingerprints and done markers --------------------------------------------------------------
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable hash of JSON-able inputs (configs as dicts, upstream URIs)."""
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def read_marker(stage_dir: Path) -> dict[str, Any] | None:
+    """A stage folder's done marker (fingerprint, outputs, local paths), or None."""
+    path = stage_dir / DONE_MARKER
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:  # a torn write: treat as not done
+        return None
+
+
+def _recorded(stage_dir: Path, key: str) -> dict[str, Any] | None:
+    """The recorded outputs when the marker matches ``key`` and its local outputs still exist."""
+    marker = read_marker(stage_dir)
+    if marker is None or marker.get("fingerprint") != key:
+        return None
+    if not all(Path(p).exists() for p in marker.get("local", [])):
+        return None
+    log.info("%s: done marker matches, skipping", stage_dir.name)
+    return dict(marker["outputs"])
+
+
+def _write_marker(
+    stage_dir: Path, key: str, outputs: dict[str, Any], local: Sequence[Path]
+) -> dict[str, Any]:
+    # Written atomically and last: a crash before this line means the stage reruns.
+    marker = {"fingerprint": key, "outputs": outputs, "local": [str(p) for p in local]}
+    tmp = stage_dir / f".{DONE_MARKER}.tmp"
+    tmp.write_text(json.dumps(marker, indent=2, sort_keys=True))
+    os.replace(tmp, stage_dir / DONE_MARKER)
+    return outputs
+
+
+# -- store and tracking ---------------------------------------------------------------------------
+
+
+def make_tracker(cfg: RunConfig) -> Tracker:
+    """The run's MLflow experiment; its artifacts go under the run folder, not ./mlruns."""
+    from odyssey_core.registry.tracking import Tracker
+
+    location = (cfg.run_dir.resolve() / "mlflow-artifacts").as_uri()
+    return Tracker(cfg.mlflow_uri, cfg.experiment, artifact_location=location)
+
+
+def run_store(cfg: RunConfig, prefix: str | None = None) -> ArtifactStore:
+    """The run's artifact store; with ``prefix``, scoped to ``runs/<run_key>/<prefix>/``."""
+    from odyssey_core.registry.artifacts import open_store
+
+    store = open_store(cfg.store_uri)
+    return store if prefix is None else store.for_run(cfg.run_key, prefix)
+
+
+def publication(cfg: RunConfig, uri: str) -> str:
+    """Which publication of a store folder ``uri`` holds: its manifest (written last, with the
+    upload time). A stage's URI is the same on every rerun, so fingerprints take this as well:
+    when an upstream stage reruns, everything downstream of it reruns too."""
+    store = run_store(cfg)
+    manifest = store.read_manifest(store.key_for(uri))
+    return fingerprint(manifest.created_at, [(f.path, f.sha256) for f in manifest.files])
+
+
+def fetch(cfg: RunConfig, uri: str, dest: Path, published: str | None = None) -> Path:
+    """A local copy of the current publication of store folder ``uri`` (``published``, when the
+    caller already knows it) at ``dest``; reused when a previous attempt fetched the same
+    publication, replaced when the folder was republished since."""
+    published = publication(cfg, uri) if published is None else published
+    stamp = dest.with_name(f".{dest.name}.publication")
+    if dest.is_dir() and stamp.is_file() and stamp.read_text() == published:
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    store = run_store(cfg)
+    store.get_dir(store.key_for(uri), dest, overwrite=True)
+    stamp.write_text(published)
+    return dest
+
+
+def fetch_json(cfg: RunConfig, local: str | Path | None, uri: str | None, dest: Path) -> Any:
+    """A JSON file a stage published: the local copy when this machine still has it (the stage
+    ran here), else the published one at ``uri`` fetched to ``dest`` (another worker ran it)."""
+    path = Path(local or "")
+    if not path.is_file():
+        if uri is None:
+            raise FileNotFoundError(f"{local!r} is not a file and no store URI was given")
+        store = run_store(cfg)
+        path = store.get_file(store.key_for(uri), dest)
+    return json.loads(Path(path).read_text())
+
+
+@contextmanager
+def parent_run(cfg: RunConfig, flow_name: str) -> Iterator[str]:
+    """An MLflow parent run for one flow run (``<flow>:<run key>``, the config as params);
+    yields its id, which the stages nest under."""
+    tracker = make_tracker(cfg)
+    with tracker.run(f"{flow_name}:{cfg.run_key}", params=cfg.model_dump(mode="json")) as run:
+        yield run.run_id
+
+
+def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """A markdown table of what each stage returned (URIs and numbers only)."""
+    lines = ["| stage | output | value |", "|---|---|---|"]
+    for stage, outputs in results.items():
+        for key, value in outputs.items():
+            text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            lines.append(f"| {stage} | {key} | {text} |")
+    return "\n".join(lines)
+
+
+# -- helpers for the stages' bodies -------------------------------------------------------------
+
+
+def training_dir(work: Path, key: str) -> Path:
+    """``work/train`` for the inputs fingerprinted by ``key``. A retry with the same inputs
+    resumes from the checkpoints there; other inputs (a new dataset or SFT model, another
+    preset) start from scratch instead of resuming a run that trained on something else."""
+    train = work / "train"
+    stamp = work / ".train-inputs"
+    if stamp.is_file() and stamp.read_text() != key:
+        log.info("%s: inputs changed, not resuming the previous training run", work.name)
+        shutil.rmtree(train, ignore_errors=True)
+    train.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(key)
+    return train
+
+
+def step_bar(desc: str, total: int | None = None) -> Any:
+    """A per-step progress bar for the long stages; shown on a terminal only (disable=None),
+    so logs and CI stay clean."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", disable=None)
+
+
+def advance(bar: Any, step: int, **postfix: float) -> None:
+    """Move ``bar`` to ``step`` (never back) and show ``postfix`` numbers on it."""
+    bar.update(max(0, step - bar.n))
+    if postfix:
+        bar.set_postfix({k: f"{v:.3g}" for k, v in postfix.items()}, refresh=False)
+
+
+def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of ``metrics`` as floats (booleans, NaN, strings dropped)."""
+    out = {}
+    for key, value in metrics.items():
+        is_number = isinstance(value, int | float) and not isinstance(value, bool)
+        if is_number and math.isfinite(float(value)):
+            out[key] = float(value)
+    return out
+
+
+# -- the envelope ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stage:
+    """How a stage is named: ``name`` is its MLflow stage run (tag ``odyssey.stage``);
+    ``folder`` its folder under the run folder (default: the name); ``prefix`` where it
+    publishes in the store, ``runs/<run_key>/<prefix>/`` (default: the folder); ``label``
+    the first part of its fingerprint (default: the name)."""
+
+    name: str
+    folder: str = ""
+    prefix: str = ""
+    label: str = ""
+
+    @property
+    def dir_name(self) -> str:
+        return self.folder or self.name
+
+    @property
+    def store_prefix(self) -> str:
+        return self.prefix or self.dir_name
+
+    @property
+    def key_label(self) -> str:
+        return self.label or self.name
+
+
+@dataclass
+class StageContext:
+    """What a stage's body works with: its folder, its fingerprint, the open MLflow stage run,
+    its store inputs (name -> (uri, publication)) and the local outputs the marker keeps."""
+
+    cfg: RunConfig
+    stage: Stage
+    work: Path
+    key: str
+    run: TrackedRun
+    inputs: dict[str, tuple[str, str]] = field(default_factory=dict)
+    kept: list[Path] = field(default_factory=list)
+
+    @property
+    def tag(self) -> str:
+        """The fingerprint's first 12 characters: names what depends on the inputs."""
+        return self.key[:12]
+
+    def fetch(self, name: str, dest: Path) -> Path:
+        """A local copy of the input ``name`` at ``dest``, the publication fingerprinted."""
+        uri, published = self.inputs[name]
+        return fetch(self.cfg, uri, dest, published)
+
+    def fetch_inputs(self, folder: Path) -> None:
+        """Every input into ``folder/<its name>``."""
+        for name in self.inputs:
+            self.fetch(name, folder / name)
+
+    def training_dir(self) -> Path:
+        """``<stage dir>/train`` for these inputs (see :func:`training_dir`)."""
+        return training_dir(self.work, self.key)
+
+    def store(self) -> ArtifactStore:
+        """The store scoped to this stage's prefix."""
+        return run_store(self.cfg, self.stage.store_prefix)
+
+    def publish_dir(self, path: str | Path, name: str, *, ref: str | None = None) -> str:
+        """Publish a folder as ``<prefix>/<name>``; with ``ref``, the stage run records the URI
+        under that name. Returns the URI."""
+        uri = self.store().put_dir(path, name)
+        if ref is not None:
+            self.run.log_artifact_ref(ref, uri)
+        return uri
+
+    def publish_file(self, path: str | Path, name: str) -> str:
+        """Publish one file as ``<prefix>/<name>``; returns the URI."""
+        return self.store().put_file(path, name)
+
+    def keep(self, *paths: str | Path) -> None:
+        """Local outputs the marker requires: when one is gone, the stage runs again."""
+        self.kept.extend(Path(p) for p in paths)
+
+
+def run_stage(
+    cfg: RunConfig,
+    stage: Stage | str,
+    body: Callable[[StageContext], Mapping[str, Any]],
+    *,
+    config: Sequence[Any] = (),
+    inputs: Mapping[str, str] | None = None,
+    params: BaseModel | Mapping[str, Any] | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Run one stage in the envelope: fingerprint ``(label, run key, *config, inputs'
+    publications)``; return the recorded outputs when the marker matches; else open the MLflow
+    stage run (nested under ``parent_run_id``, logging ``params``), call ``body(ctx)``, which
+    publishes through ``ctx`` and returns the outputs, and write the marker last. A body that
+    raises fails the stage run and writes no marker."""
+    stage = Stage(stage) if isinstance(stage, str) else stage
+    work = cfg.stage_dir(stage.dir_name)
+    resolved = {name: (uri, publication(cfg, uri)) for name, uri in (inputs or {}).items()}
+    parts = [*config, resolved] if resolved else list(config)
+    key = fingerprint(stage.key_label, cfg.run_key, *parts)
+    if (done := _recorded(work, key)) is not None:
+        return done
+    tracker = make_tracker(cfg)
+    with tracker.stage_run(stage.name, parent_run_id=parent_run_id, params=params) as run:
+        ctx = StageContext(cfg, stage, work, key, run, resolved)
+        outputs = dict(body(ctx))
+    return _write_marker(work, key, outputs, ctx.kept)
+
+
+# -- register + promotion gate --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GateOutcome:
+    """What :func:`register_and_gate` did: the registered version, the gate's decision, what it
+    was compared with (``champion`` version or ``base``) and that reference's evaluation."""
+
+    model_name: str
+    version: int
+    decision: PromotionDecision
+    reference: str
+    reference_version: int | None
+    reference_scores: list[float]
+    reference_evaluation: Any
+
+    @property
+    def gate(self) -> GateResult:
+        return self.decision.gate
+
+    @property
+    def promoted(self) -> bool:
+        return self.decision.promoted
+
+    def outputs(self) -> dict[str, Any]:
+        """The decision as stage outputs (recipes add their own numbers)."""
+        return {
+            "model_name": self.model_name,
+            "version": self.version,
+            "promoted": self.decision.promoted,
+            "reason": self.gate.reason,
+            "reference": self.reference,
+            "reference_version": self.reference_version,
+            "champion": self.decision.champion,
+        }
+
+
+def register_and_gate(
+    ctx: StageContext,
+    *,
+    game: str,
+    checkpoint_uri: str,
+    candidate_scores: Sequence[float],
+    base_model: str,
+    evaluate_reference: Callable[[str, str, Path], tuple[Sequence[float], Any]],
+    margin: float | None = None,
+    alpha: float | None = None,
+    metrics: Mapping[str, float] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> GateOutcome:
+    """Register ``checkpoint_uri`` as a new (``candidate``) version of ``game``'s model and
+    gate it: ``evaluate_reference(model, label, out_dir) -> (per-episode scores, details)``
+    evaluates the champion (``label`` "champion") or, while there is none, ``base_model``
+    ("base") now, on the same episodes as the candidate; :meth:`ModelRegistry.promote` runs
+    the Welch test on the two samples, moves the ``champion`` alias when the candidate wins
+    and tags the version with the reason. The stage run records the reference and the
+    decision (``promotion.promoted``, ``promotion.reason``)."""
+    from odyssey_core.registry.models import ModelRegistry
+
+    registry = ModelRegistry(ctx.cfg.mlflow_uri)
+    champion = registry.champion(game)
+    reference_ref = registry.checkpoint_uri(game, champion) if champion else base_model
+    label = "champion" if champion else "base"
+    shutil.rmtree(ctx.work / label, ignore_errors=True)  # the champion may have changed
+    scores, evaluation = evaluate_reference(reference_ref, label, ctx.work / label)
+    reference_scores = [float(x) for x in scores]
+    version = registry.register_checkpoint(
+        checkpoint_uri,
+        game,
+        run_id=ctx.run.run_id,
+        metrics=dict(metrics) if metrics else None,
+        tags=dict(tags) if tags else None,
+    )
+    decision = registry.promote(
+        game,
+        candidate_scores,
+        champion_scores=reference_scores if champion else None,
+        base_scores=None if champion else reference_scores,
+        margin=margin,
+        alpha=alpha,
+        candidate_version=version,
+    )
+    ctx.run.log_params({"reference": label, "reference_version": champion or "base"})
+    ctx.run.set_tags(
+        {"promotion.promoted": str(decision.promoted), "promotion.reason": decision.gate.reason}
+    )
+    return GateOutcome(
+        model_name=registry.model_name(game),
+        version=version,
+        decision=decision,
+        reference=label,
+        reference_version=champion,
+        reference_scores=reference_scores,
+        reference_evaluation=evaluation,
+    )

@@ -1,0 +1,130 @@
+"""One Prefect task per Odysseus pipeline stage, thin over
+:mod:`odyssey_core.recipes.odysseus.pipeline`: the five curation stages (record walkthroughs,
+sample frames, annotate, validate, build the dataset), then SFT, RL, evaluation and promotion,
+and the nightly evaluation of the champion. Each passes URIs and small numbers, never datasets;
+retries and caching are :data:`tasks.common.STAGE_TASK`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from prefect import task
+
+from odyssey_core.recipes.odysseus import pipeline
+from odyssey_core.recipes.odysseus.pipeline import PipelineConfig, load_pipeline_config
+from tasks.common import STAGE_TASK, post_report, retry_on_transient
+
+__all__ = [
+    "annotate_task",
+    "build_dataset_task",
+    "evaluate_task",
+    "nightly_task",
+    "promote_task",
+    "record_walkthroughs_task",
+    "rl_task",
+    "sample_frames_task",
+    "sft_task",
+    "validate_task",
+]
+
+
+@task(name="record-walkthroughs", timeout_seconds=4 * 3600, **STAGE_TASK)
+def record_walkthroughs_task(
+    cfg: PipelineConfig, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_record(cfg, parent_run_id=parent_run_id)
+
+
+@task(name="sample-frames", timeout_seconds=2 * 3600, **STAGE_TASK)
+def sample_frames_task(
+    cfg: PipelineConfig, walkthroughs_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_sample(cfg, walkthroughs_uri, parent_run_id=parent_run_id)
+
+
+# The one stage that talks to a teacher API. Its backend already retries 429/5xx/connection
+# errors per request with backoff; what still escapes as a transient error (and store errors
+# while fetching or publishing) is retried here, paying only for frames the teacher's response
+# cache does not hold yet. Frames the teacher gave up on come back as one TeacherError chained
+# to the first HTTP error: a rate limit or 5xx is retried, a bad key or unknown model is not.
+@task(name="annotate", timeout_seconds=12 * 3600, **STAGE_TASK)
+def annotate_task(
+    cfg: PipelineConfig, samples_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_annotate(cfg, samples_uri, parent_run_id=parent_run_id)
+
+
+# Too many failing rows raise ValidationFailed: deterministic, so retry_on_transient declines
+# and the flow fails at once with the report in MLflow.
+@task(name="validate", timeout_seconds=2 * 3600, **STAGE_TASK)
+def validate_task(
+    cfg: PipelineConfig,
+    annotations_uri: str,
+    samples_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_validate(cfg, annotations_uri, samples_uri, parent_run_id=parent_run_id)
+
+
+@task(name="build-dataset", timeout_seconds=2 * 3600, **STAGE_TASK)
+def build_dataset_task(
+    cfg: PipelineConfig,
+    validation_uri: str,
+    samples_uri: str,
+    annotations_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_build_dataset(
+        cfg, validation_uri, samples_uri, annotations_uri, parent_run_id=parent_run_id
+    )
+
+
+@task(name="sft", timeout_seconds=24 * 3600, **STAGE_TASK)
+def sft_task(
+    cfg: PipelineConfig, dataset_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    return pipeline.stage_sft(cfg, dataset_uri, parent_run_id=parent_run_id)
+
+
+@task(name="rl-train", timeout_seconds=72 * 3600, **STAGE_TASK)
+def rl_task(
+    cfg: PipelineConfig, model_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    # a retry continues from the last RL checkpoint (the stage trains with resume=True)
+    return pipeline.stage_rl(cfg, model_uri, parent_run_id=parent_run_id)
+
+
+@task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
+def evaluate_task(
+    cfg: PipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    outputs = pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+    post_report(outputs, f"evaluation-{cfg.name}", checkpoint_uri)  # the Table-2 style report
+    return outputs
+
+
+@task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)
+def promote_task(
+    cfg: PipelineConfig,
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model_uri: str,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    return pipeline.stage_promote(
+        cfg, checkpoint_uri, evaluation, base_model_uri, parent_run_id=parent_run_id
+    )
+
+
+@task(
+    name="nightly-evaluate",
+    timeout_seconds=12 * 3600,
+    retries=2,
+    retry_delay_seconds=60,
+    retry_condition_fn=retry_on_transient,
+)
+def nightly_task(preset: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    # no cache: the point is to evaluate again every night
+    return pipeline.nightly_evaluate(load_pipeline_config(preset, overrides), log_fn=print)
