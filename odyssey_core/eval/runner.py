@@ -1,9 +1,12 @@
 """Run evaluation episodes in parallel and collect what the report needs.
 
 :func:`run_jobs` plays a list of :class:`EpisodeJob` on a vector env (one subprocess per env
-by default). Every free env slot takes the next job; each loop turn steps all running envs
-at once. A policy agent answers all of them with one batched ``generate``; the expert and the
-random agent act inside their env's worker (see :class:`~odyssey_core.eval.agents.AgentDrivenEnv`).
+by default) with the project's one rollout loop, :meth:`Collector.play
+<odyssey_core.rollout.collector.Collector.play>`: every free env slot takes the next job, each
+loop turn steps all running envs at once, and a policy agent answers all of them with one
+batched ``generate``; the expert and the random agent act inside their env's worker (see
+:class:`~odyssey_core.eval.agents.AgentDrivenEnv`). :class:`_JobRecorder` turns the loop's
+events into one :class:`EpisodeRecord` per job.
 
 Outcomes are recorded as they are, never guessed:
 
@@ -11,20 +14,22 @@ Outcomes are recorded as they are, never guessed:
   not a success;
 * an env that raises or whose worker dies (``VectorEnvError``), or a failing ``generate``,
   makes the episode an *error*, reported apart and left out of the progress statistics
-  (zero progress would be a lie about the agent). A dead worker's slot is retired; when no
-  slot is left, a fresh vector env takes over.
+  (zero progress would be a lie about the agent). A dead worker's slot is retired; jobs the
+  loop could not start (no live slot left) are played in a new round, on a fresh vector env.
 
-Seeds: episode ``k`` of a call gets env seed ``derive_seed(seed, 1, k)``; the ``t``-th batched
-``generate`` call samples with seed ``derive_seed(seed, 2, t)``. Both are recorded.
+Seeds: job ``k`` of a call gets env seed ``derive_seed(seed, 1, k)`` whatever round plays it;
+the ``t``-th batched ``generate`` call of the first round samples with the collector's
+:func:`~odyssey_core.rollout.collector.generate_seed` ``(seed, t, params.seed)`` (a later round
+uses ``derive_seed(seed, 3, round)`` in place of ``seed``). Both are recorded.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +39,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv, VectorEnvError
+from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.agents import AgentSpec, PolicyAgent, agent_driven_env_fn
 from odyssey_core.eval.stats import LevelStats, TableStats, level_stats, table_from_cells
 from odyssey_core.eval.suites import (
@@ -45,6 +50,9 @@ from odyssey_core.eval.suites import (
     make_curated_states,
     section_skip_reason,
 )
+from odyssey_core.policy.base import GenerationParams
+from odyssey_core.protocol.formats import RESPONSE_FORMATS
+from odyssey_core.rollout.collector import Collector, EpisodeBudget, EpisodeStart, TurnOutcome
 
 __all__ = [
     "EpisodeJob",
@@ -58,7 +66,9 @@ __all__ = [
     "run_jobs",
 ]
 
-_ENV_STREAM, _GENERATE_STREAM = 1, 2
+_ENV_STREAM, _ROUND_STREAM = 1, 3  # seed-stream tags (2 was the old generate stream)
+# The env's own turn limit ends eval episodes; the collector's cap only has to exist.
+_NO_TURN_CAP = 2**31 - 1
 
 
 def derive_seed(*words: int) -> int:
@@ -170,207 +180,158 @@ def run_jobs(
     factory); returns one record per job, in job order."""
     if isinstance(agent, AgentSpec) and agent.kind != "env":
         raise ValueError("build policy agents with build_policy_agent() first")
+    if not jobs:
+        return []
     policy = agent if isinstance(agent, PolicyAgent) else None
-    label = agent.label
     slot_fn = env_fn if policy else agent_driven_env_fn(env_fn, agent.name, agent.kwargs)
-    records: list[EpisodeRecord | None] = [None] * len(jobs)
-    pending = deque(range(len(jobs)))
-    num_slots = max(1, min(workers, len(jobs)))
-    bar = tqdm(total=len(jobs), desc=f"{label}", unit="ep", disable=not show_progress)
-    vec: Any = None
-    slots: list[int | None] = []  # the job each slot plays
-    retired: set[int] = set()
-    observations: dict[int, Observation] = {}
-    generate_calls = 0
+    bar = tqdm(total=len(jobs), desc=f"{agent.label}", unit="ep", disable=not show_progress)
 
-    def finish(job_index: int, error: str | None = None) -> None:
-        record = records[job_index]
-        assert record is not None
-        if error is not None and record.error is None:
-            record.error = error
+    def finished(record: EpisodeRecord) -> None:
         bar.update(1)
         if on_episode:
             on_episode(record)
 
-    def usable() -> list[int]:
-        dead = set(getattr(vec, "dead_workers", {}) or {})
-        return [i for i in range(len(slots)) if i not in retired and i not in dead]
-
-    def retire_dead() -> None:
-        for i in getattr(vec, "dead_workers", {}) or {}:
-            retired.add(i)
-
+    recorder = _JobRecorder(jobs, agent.label, seed, finished)
+    remaining = list(range(len(jobs)))
+    vec: Any = None
     try:
-        while pending or any(s is not None for s in slots):
-            if vec is None or not usable():
+        for round_ in itertools.count():
+            if not remaining:
+                break
+            if vec is None or getattr(vec, "dead_workers", None):  # dead slots stay dead
                 if vec is not None:
                     vec.close()
-                vec = _vector(vector, [slot_fn] * num_slots, timeout)
-                slots, retired = [None] * num_slots, set()
-            # 1. start jobs on free slots
-            free = [i for i in usable() if slots[i] is None]
-            starting: list[tuple[int, int]] = []
-            for i in free:
-                if not pending:
-                    break
-                starting.append((i, pending.popleft()))
-            if starting:
-                _start(vec, starting, jobs, records, slots, observations, label, seed)
-                for i, job_index in starting:
-                    if slots[i] is None:  # its reset failed
-                        finish(job_index)
-                retire_dead()
-            running = [i for i in usable() if slots[i] is not None]
-            if not running:
-                continue
-            # 2. choose actions
-            actions: list[Any]
-            generations: list[Any] = [None] * len(running)
-            if policy is not None:
-                gen_seed = derive_seed(seed, _GENERATE_STREAM, generate_calls)
-                generate_calls += 1
-                try:
-                    generations = policy.act_batch([observations[i] for i in running], gen_seed)
-                except Exception as exc:  # e.g. an API failure: the envs are fine
-                    for i in running:
-                        job_index = slots[i]
-                        slots[i] = None
-                        finish(job_index, f"generate failed: {type(exc).__name__}: {exc}")
-                    continue
-                for i in running:
-                    records[slots[i]].generate_seeds.append(gen_seed)  # type: ignore[union-attr]
-                actions = [g.text for g in generations]
-            else:
-                actions = [None] * len(running)
-            # 3. step
-            try:
-                stepped = _transpose(vec.step(actions, indices=running))
-                results = dict(zip(running, stepped, strict=True))
-                failed: dict[int, str] = {}
-            except VectorEnvError as err:
-                results = dict(err.partial)
-                failed = {i: _error_text(err, i) for i in err.indices}
-                retire_dead()
-            for k, i in enumerate(running):
-                job_index = slots[i]
-                assert job_index is not None
-                record = records[job_index]
-                assert record is not None
-                if i in failed or i not in results:
-                    slots[i] = None
-                    finish(job_index, failed.get(i, "env gave no result"))
-                    continue
-                done = _record_turn(
-                    record, jobs[job_index], observations[i], generations[k], results[i]
-                )
-                observations[i] = results[i][0]
-                if done:
-                    slots[i] = None
-                    finish(job_index)
+                vec = _vector(vector, [slot_fn] * max(1, min(workers, len(remaining))), timeout)
+            recorder.begin_round(vec, remaining)
+            Collector(
+                vec,
+                policy.backend if policy is not None else None,
+                policy.params if policy is not None else GenerationParams(),
+                max_turns=_NO_TURN_CAP,
+            ).play(
+                EpisodeBudget(len(remaining)),
+                recorder,
+                seed=seed if round_ == 0 else derive_seed(seed, _ROUND_STREAM, round_),
+                starts=recorder.start,
+                tolerate_failures=True,
+                on_generate=recorder.on_generate if policy is not None else None,
+            )
+            # Jobs the round never started (every slot died, or a failed generate ended the
+            # round early) go to the next round; each round starts at least one job.
+            left = [j for j in remaining if recorder.records[j] is None]
+            if len(left) == len(remaining):
+                raise RuntimeError(f"the rollout loop started none of the {len(left)} jobs left")
+            remaining = left
     finally:
         bar.close()
         if vec is not None:
             vec.close()
-    return [r for r in records if r is not None]
+    return [r for r in recorder.records if r is not None]
 
 
-def _transpose(step: tuple) -> list[tuple]:
-    observations, rewards, terminated, truncated, infos = step
-    return list(zip(observations, rewards, terminated, truncated, infos, strict=True))
+class _JobRecorder:
+    """An :class:`~odyssey_core.rollout.collector.EpisodeObserver` that keeps one
+    :class:`EpisodeRecord` per job.
 
+    Episode ``k`` of a round plays job ``order[k]``; its record is made when the collector asks
+    for the episode's start (:meth:`start`), so a job whose record is still ``None`` after a
+    round was never started and goes to the next round.
+    """
 
-def _error_text(err: VectorEnvError, index: int) -> str:
-    lines = [line for line in str(err).splitlines() if line.startswith(f"env {index} ")]
-    return (lines[0] if lines else str(err).splitlines()[0])[:500]
+    def __init__(
+        self,
+        jobs: Sequence[EpisodeJob],
+        label: str,
+        seed: int,
+        finished: Callable[[EpisodeRecord], None],
+    ) -> None:
+        self.jobs, self.label, self.seed, self.finished = jobs, label, seed, finished
+        self.records: list[EpisodeRecord | None] = [None] * len(jobs)
+        self.vec: Any = None
+        self.order: list[int] = []
 
+    def begin_round(self, vec: Any, order: Sequence[int]) -> None:
+        self.vec, self.order = vec, list(order)
 
-def _start(
-    vec: Any,
-    starting: list[tuple[int, int]],
-    jobs: Sequence[EpisodeJob],
-    records: list[EpisodeRecord | None],
-    slots: list[int | None],
-    observations: dict[int, Observation],
-    label: str,
-    seed: int,
-) -> None:
-    """Reset the chosen slots for their jobs; a failed reset makes that job an error."""
-    indices = [i for i, _ in starting]
-    seeds, options = [], []
-    for i, job_index in starting:
-        job = jobs[job_index]
-        env_seed = derive_seed(seed, _ENV_STREAM, job_index)
-        seeds.append(env_seed)
-        opts: dict[str, Any] = {"level": job.level}
-        if job.state is not None:
-            opts["state"] = job.state.state
-        options.append(opts)
-        records[job_index] = EpisodeRecord(
+    def _record(self, episode: int) -> EpisodeRecord:
+        record = self.records[self.order[episode]]
+        assert record is not None, f"episode {episode} was never started"
+        return record
+
+    def start(self, episode: int) -> EpisodeStart:
+        job_index = self.order[episode]
+        job = self.jobs[job_index]
+        env_seed = derive_seed(self.seed, _ENV_STREAM, job_index)
+        self.records[job_index] = EpisodeRecord(
             section=job.section,
-            agent=label,
+            agent=self.label,
             env_id=job.state.env_id if job.state else job.level,
             level=job.level,
             run=job.run,
             seed=env_seed,
             start=job.start,
         )
-        slots[i] = job_index
-    try:
-        reset = vec.reset(seeds=seeds, options=options, indices=indices)
-        results = dict(zip(indices, zip(*reset, strict=True), strict=True))
-        failed: dict[int, str] = {}
-    except VectorEnvError as err:
-        results = dict(err.partial)
-        failed = {i: _error_text(err, i) for i in err.indices}
-    for i, job_index in starting:
-        record = records[job_index]
-        assert record is not None
-        if i in failed or i not in results:
-            slots[i] = None
-            record.error = "reset failed: " + failed.get(i, "no result")
-            continue
-        observation, info = results[i]
-        observations[i] = observation
-        record.env_id = f"{info['game']}-{info['level']}" if "game" in info else vec.env_ids[i]
+        state = job.state.state if job.state is not None else None
+        return EpisodeStart(level=job.level, state=state, seed=env_seed)
+
+    def on_generate(self, episodes: list[int], seed: int) -> None:
+        for episode in episodes:
+            self._record(episode).generate_seeds.append(seed)
+
+    def on_start(
+        self,
+        episode: int,
+        slot: int,
+        start: EpisodeStart,
+        env_seed: int,
+        observation: Observation,
+        info: dict[str, Any],
+    ) -> None:
+        record = self._record(episode)
+        if "game" in info:
+            record.env_id = f"{info['game']}-{info['level']}"
+        else:
+            record.env_id = self.vec.env_ids[slot]
         record.start_progress = record.progress = float(info.get("progress", 0.0))
         record.max_progress = info.get("max_progress")
-        if jobs[job_index].record_video:
+        if self.jobs[self.order[episode]].record_video:
             record.frames.append(observation.image)
 
+    def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
+        record = self._record(episode)
+        info = outcome.info
+        record.turns += 1
+        record.progress = float(info.get("progress", record.progress))
+        record.invalid_actions += int(bool(info.get("invalid_action")))
+        turn = TurnRecord(
+            turn=record.turns,
+            frame_hash=frame_hash(outcome.observation.image),
+            buttons=tuple(info.get("buttons", ())),
+            progress=record.progress,
+        )
+        generation = outcome.generation
+        if generation is not None:  # the eval suites play Game Boy games: the odysseus format
+            parsed = RESPONSE_FORMATS.get("odysseus").parse(generation.text)
+            turn.text = generation.text
+            turn.perception, turn.reasoning = parsed.perception, parsed.reasoning
+            turn.answer, turn.valid = parsed.answer_text, parsed.valid
+        record.turn_log.append(turn)
+        if self.jobs[self.order[episode]].record_video:
+            record.frames.append(outcome.next_observation.image)
+        if outcome.ends_episode:
+            truncated = outcome.truncated or outcome.cut
+            # success is the goal only: a run cut by the turn limit is truncated, never a success
+            record.goal_reached = bool(info.get("goal_reached")) and not truncated
+            record.life_lost = bool(info.get("life_lost"))
+            record.truncated = truncated
 
-def _record_turn(
-    record: EpisodeRecord,
-    job: EpisodeJob,
-    seen: Observation,
-    generation: Any,
-    result: tuple,
-) -> bool:
-    """Add one step's outcome to ``record``; True when the episode has ended."""
-    observation, _, terminated, truncated, info = result
-    record.turns += 1
-    record.progress = float(info.get("progress", record.progress))
-    record.invalid_actions += int(bool(info.get("invalid_action")))
-    turn = TurnRecord(
-        turn=record.turns,
-        frame_hash=frame_hash(seen.image),
-        buttons=tuple(info.get("buttons", ())),
-        progress=record.progress,
-    )
-    if generation is not None:
-        parsed = generation.parsed
-        turn.text = generation.text
-        turn.perception, turn.reasoning = parsed.perception, parsed.reasoning
-        turn.answer, turn.valid = parsed.answer_text, parsed.valid
-    record.turn_log.append(turn)
-    if job.record_video:
-        record.frames.append(observation.image)
-    if terminated or truncated:
-        # success is the goal only: a run cut by the turn limit is truncated, never a success
-        record.goal_reached = bool(info.get("goal_reached")) and not truncated
-        record.life_lost = bool(info.get("life_lost"))
-        record.truncated = bool(truncated)
-        return True
-    return False
+    def on_end(self, episode: int, error: str | None) -> None:
+        record = self.records[self.order[episode]]
+        if record is None:  # never started (no live slot left): the next round plays it
+            return
+        if error is not None and record.error is None:
+            record.error = error
+        self.finished(record)
 
 
 # -- suites ------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from model_fixtures import tiny_model_dir, tiny_policy  # noqa: F401 (fixtures)
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.eval.agents import PolicyAgent, build_policy_agent, parse_agent_spec
-from odyssey_core.eval.runner import EpisodeJob, evaluate_suite, run_jobs
+from odyssey_core.eval.runner import EpisodeJob, derive_seed, evaluate_suite, frame_hash, run_jobs
 from odyssey_core.eval.suites import (
     EvalSuite,
     load_curated_states,
@@ -22,7 +22,7 @@ from odyssey_core.eval.suites import (
     save_curated_states,
 )
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend
-from odyssey_core.protocol import parse_response
+from odyssey_core.rollout.collector import generate_seed
 
 torch.set_num_threads(1)
 
@@ -107,7 +107,7 @@ class ScriptedBackend(PolicyBackend):
         texts = ["right"] * len(observations)
         if self.calls == self.bad_call:
             texts[0] = self.bad_text
-        return [Generation(t, [], [], [], "stop", parse_response(t)) for t in texts]
+        return [Generation(t, [], [], [], "stop") for t in texts]
 
 
 @pytest.mark.parametrize("bad_text", ["boom", "exit"])  # the env raises / the worker dies
@@ -115,13 +115,81 @@ def test_a_crashing_env_is_an_error_not_zero_progress(bad_text: str) -> None:
     jobs = [EpisodeJob("s", "1-1", run) for run in range(3)]
     agent = PolicyAgent(ScriptedBackend(bad_call=2, bad_text=bad_text), "scripted")
     env_fn = functools.partial(FakeTurnEnv, "fake", episode_len=3)
-    records = run_jobs(jobs, env_fn, agent, workers=2, timeout=30)
+    seen: list[int] = []
+    records = run_jobs(
+        jobs, env_fn, agent, workers=2, timeout=30, on_episode=lambda r: seen.append(r.run)
+    )
     errors = [r for r in records if r.error]
     assert len(errors) == 1 and len(records) == 3
+    assert sorted(seen) == [0, 1, 2]  # every job is reported once, errors included
     assert ("boom" in errors[0].error) if bad_text == "boom" else ("died" in errors[0].error)
     finished = [r for r in records if r.error is None]
     assert all(r.turns == 3 and not r.success for r in finished)
     assert all(len(r.generate_seeds) == 3 for r in finished)
+
+
+class FailingBackend(ScriptedBackend):
+    """Answers "right", but raises on call ``bad_call`` (a dead API)."""
+
+    def generate(
+        self, observations: Sequence[Observation], params: GenerationParams | None = None
+    ) -> list[Generation]:
+        if self.calls + 1 == self.bad_call:
+            self.calls += 1
+            raise ConnectionError("the API is down")
+        return super().generate(observations, params)
+
+
+def test_a_failing_generate_ends_only_the_running_jobs() -> None:
+    jobs = [EpisodeJob("s", "1-1", run) for run in range(3)]
+    agent = PolicyAgent(FailingBackend(bad_call=2, bad_text="right"), "flaky")
+    env_fn = functools.partial(FakeTurnEnv, "fake", episode_len=3)
+    records = run_jobs(jobs, env_fn, agent, workers=2, vector="sync")
+    assert [r.run for r in records] == [0, 1, 2]
+    for r in records[:2]:  # running during the failed call
+        assert r.error == "generate failed: ConnectionError: the API is down" and r.turns == 1
+    assert records[2].error is None and records[2].turns == 3  # played after it
+
+
+def test_when_every_worker_died_a_fresh_vector_env_plays_the_rest() -> None:
+    jobs = [EpisodeJob("s", "1-1", run) for run in range(3)]
+    agent = PolicyAgent(ScriptedBackend(bad_call=2, bad_text="exit"), "scripted")
+    env_fn = functools.partial(FakeTurnEnv, "fake", episode_len=3)
+    seen: list[int] = []
+    records = run_jobs(
+        jobs, env_fn, agent, workers=1, timeout=30, on_episode=lambda r: seen.append(r.run)
+    )
+    assert seen == [0, 1, 2]
+    assert records[0].error and "died" in records[0].error
+    assert all(r.error is None and r.turns == 3 for r in records[1:])
+    assert [r.seed for r in records] == [derive_seed(0, 1, k) for k in range(3)]
+
+
+def test_seeds_are_per_job_and_per_generate_call() -> None:
+    jobs = [EpisodeJob("s", "1-1", run) for run in range(3)]
+    env_fn = functools.partial(FakeTurnEnv, "fake", episode_len=2)
+    agent = PolicyAgent(ScriptedBackend(bad_call=0, bad_text=""), "scripted")
+    (single,) = run_jobs(jobs[:1], env_fn, agent, workers=1, vector="sync", seed=7)
+    assert single.seed == derive_seed(7, 1, 0)
+    assert single.generate_seeds == [generate_seed(7, t) for t in range(2)]
+    # a job keeps its env seed however many workers play: the first frame shows it
+    for workers in (1, 3):
+        records = run_jobs(jobs, env_fn, agent, workers=workers, vector="sync", seed=7)
+        assert [r.seed for r in records] == [derive_seed(7, 1, k) for k in range(3)]
+        for r in records:
+            first, _ = FakeTurnEnv("fake", episode_len=2).reset(seed=r.seed)
+            assert r.turn_log[0].frame_hash == frame_hash(first.image)
+            assert r.turn_log[0].text == "right" and r.turns == 2 and not r.truncated
+
+
+def test_env_driven_agents_get_no_generate_seeds() -> None:
+    jobs = [EpisodeJob("s", "1-1", run, record_video=run == 0) for run in range(2)]
+    env_fn = functools.partial(FakeTurnEnv, "fake", episode_len=3)
+    records = run_jobs(jobs, env_fn, parse_agent_spec("random"), workers=2, vector="sync")
+    assert all(r.error is None and r.turns == 3 and not r.generate_seeds for r in records)
+    assert all(t.text is None for r in records for t in r.turn_log)
+    assert len(records[0].frames) == 4 and not records[1].frames
+    assert records[0].env_id == "fake"
 
 
 def test_curated_states_progress_both_ways(odland_rom, tmp_path) -> None:
