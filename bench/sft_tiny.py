@@ -273,7 +273,10 @@ def evaluate_answers(
     """Format-valid rate, agreement with the teacher's buttons (as sets), and where the
     answers agree: on frames whose teacher answer is the majority class, and on the others."""
     from odyssey_core.envs.base import Observation
+    from odyssey_core.protocol import RESPONSE_FORMATS
     from odyssey_core.sft.data import answer_key
+
+    answer_format = RESPONSE_FORMATS.get("odysseus")
 
     valid = agree = 0
     agree_majority = agree_other = 0
@@ -284,11 +287,12 @@ def evaluate_answers(
         seeded = params.model_copy(update={"seed": i}) if params.seed is not None else params
         gens = policy.generate([Observation(s.image(), s.turn_text) for s in chunk], seeded)
         for sample, gen in zip(chunk, gens, strict=True):
-            ok = bool(gen.parsed.valid)
-            same = ok and answer_key(gen.parsed.buttons) == answer_key(sample.buttons)
+            parsed = answer_format.parse(gen.text)
+            ok = bool(parsed.valid)
+            same = ok and answer_key(parsed.buttons) == answer_key(sample.buttons)
             valid += ok
             agree += same
-            predicted[_answer(gen.parsed.buttons) if ok else "(invalid)"] += 1
+            predicted[_answer(parsed.buttons) if ok else "(invalid)"] += 1
             if _answer(sample.buttons) == majority:
                 agree_majority += same
             else:

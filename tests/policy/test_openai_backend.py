@@ -27,7 +27,7 @@ from odyssey_core.policy.openai_backend import (
     RetrySettings,
     parse_retry_after,
 )
-from odyssey_core.protocol import get_system_prompt
+from odyssey_core.protocol import get_system_prompt, parse_response
 
 tiny_model_dir = model_fixtures.tiny_model_dir
 tiny_policy = model_fixtures.tiny_policy
@@ -167,7 +167,8 @@ def test_registered_and_request_shape() -> None:
     expected = np.asarray(prepare_frame(observations[0].image, image_scale=2))
     assert sent.shape == (72, 80, 3) and np.array_equal(sent, expected)
 
-    assert gens[0].parsed.buttons == ("right",) and gens[0].logprobs == [-0.5, -0.5]
+    assert parse_response(gens[0].text).buttons == ("right",)
+    assert gens[0].logprobs == [-0.5, -0.5]
     assert gens[0].prompt_ids == [] and gens[0].finish_reason == "stop"
     assert policy.usage == {"prompt_tokens": 30, "completion_tokens": 6, "total_tokens": 36}
     assert policy.metrics()["requests"] == 3 and policy.metrics()["retries"] == 0

@@ -10,7 +10,7 @@ import gymnasium
 import numpy as np
 import pytest
 
-from odyssey_core.envs import make_env
+from odyssey_core.envs import ENVIRONMENTS, make_env
 from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards import (
     CARDS_ENVS,
@@ -18,19 +18,25 @@ from odyssey_core.envs.cards import (
     EZPointsEnv,
     NumberlineEnv,
     Points24Env,
-    register_cards_envs,
     solver,
 )
 from odyssey_core.envs.cards.games import hand_total
 from odyssey_core.envs.cards.render import Card
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 
-register_cards_envs()
+CARDS_NAMES = [spec.name for spec in CARDS_ENVS]
 
 
-def test_registration_is_idempotent_and_gym_works() -> None:
-    assert register_cards_envs() == []
-    for name in CARDS_ENVS:
+def test_specs_are_registered_and_gym_works() -> None:
+    assert CARDS_NAMES == [
+        "cards-numberline",
+        "cards-ezpoints",
+        "cards-points24",
+        "cards-blackjack",
+    ]
+    for spec in CARDS_ENVS:
+        assert ENVIRONMENTS.get(spec.name) == spec
+    for name in CARDS_NAMES:
         env = make_env(name)
         obs, info = env.reset(seed=0)
         assert isinstance(obs, Observation) and obs.image.dtype == np.uint8
@@ -42,7 +48,7 @@ def test_registration_is_idempotent_and_gym_works() -> None:
         gym_env.close()
 
 
-@pytest.mark.parametrize("name", list(CARDS_ENVS))
+@pytest.mark.parametrize("name", CARDS_NAMES)
 def test_same_seed_same_deal(name: str) -> None:
     a, b = make_env(name), make_env(name)
     oa, ia = a.reset(seed=11)

@@ -13,6 +13,7 @@ from model_fixtures import make_observations
 
 from odyssey_core.policy import BACKENDS, GenerationParams
 from odyssey_core.policy.vllm_backend import VLLMPolicy, sampling_kwargs
+from odyssey_core.protocol import parse_response
 
 
 def test_missing_vllm_error_is_clear(monkeypatch) -> None:
@@ -71,7 +72,8 @@ def test_generate_with_a_stand_in_engine(monkeypatch) -> None:
     assert [s["seed"] for s in calls["sampling"]] == [1, 2]
     assert calls["prompts"][0]["multi_modal_data"]["image"].size == (24, 20)
     assert gens[0].logprobs == [-0.1, -0.2] and gens[0].prompt_ids == [1, 2, 3]
-    assert gens[1].parsed.buttons == ("a",) and gens[1].finish_reason == "stop"
+    assert parse_response(gens[1].text).buttons == ("a",) and gens[1].finish_reason == "stop"
+    assert all(not hasattr(g, "parsed") for g in gens)  # backends do not parse
 
 
 def test_real_vllm_generates(tmp_path: Path) -> None:

@@ -26,9 +26,9 @@ from odyssey_core.envs.alfworld.env import (
     SUBGOAL_REWARD,
     AlfWorldEnv,
 )
-from odyssey_core.gtr.corrector import make_corrector
-from odyssey_core.gtr.rewards import GTRWrapper
 from odyssey_core.protocol.gtr_format import format_gtr_response
+from odyssey_core.recipes.gtr.corrector import make_corrector
+from odyssey_core.recipes.gtr.rewards import GTRWrapper
 
 tiny_model_dir = model_fixtures.tiny_model_dir
 
@@ -213,10 +213,11 @@ def test_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch
 
 @pytest.mark.slow
 def test_one_gtr_step_on_the_tiny_alfworld_preset(tiny_model_dir: Path, tmp_path: Path) -> None:
-    from odyssey_core.gtr.settings import load_gtr_settings
-    from odyssey_core.gtr.trainer import GTRTrainer, gtr_system_prompt
     from odyssey_core.models.loading import load_model, load_processor
     from odyssey_core.policy.hf import HFPolicy
+    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
+    from odyssey_core.recipes.gtr.train import build_trainer
 
     torch.set_num_threads(1)  # see model_fixtures: tiny models on a busy machine
     settings = load_gtr_settings("alfworld_tiny")
@@ -227,13 +228,14 @@ def test_one_gtr_step_on_the_tiny_alfworld_preset(tiny_model_dir: Path, tmp_path
         system_prompt=gtr_system_prompt(settings.rollout.env),
         image_size=settings.model.image_size,
     )
-    trainer = GTRTrainer(settings, policy, tmp_path)
+    trainer = build_trainer(settings, tmp_path, policy=policy)
     try:
         metrics = trainer.train_step()
         assert metrics["rollout/turns"] == 4 and metrics["actor/updates"] >= 1
         # Every turn gets a planner-backed correction, which thought cloning then uses.
         assert metrics["dagger/added"] == 4 and np.isfinite(metrics["sft/loss"])
-        assert '"subgoal": "take a' in trainer.buffer.examples[0].thought
+        buffer = trainer.hook("thought_cloning").buffer
+        assert '"subgoal": "take a' in buffer.examples[0].thought
     finally:
         trainer.close()
 

@@ -24,7 +24,7 @@ from odyssey_core.config import GameBoyEnvConfig
 
 pytest.importorskip("stable_baselines3")
 
-PRESET = Path(__file__).resolve().parent.parent / "configs" / "baselines" / "sb3_ppo.yaml"
+PRESET = Path(__file__).resolve().parents[2] / "configs" / "baselines" / "sb3_ppo.yaml"
 
 
 class RecordingEmulator:

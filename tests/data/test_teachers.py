@@ -255,7 +255,7 @@ def test_openai_teacher_survives_a_crash_and_exhausted_retries(sampled, tmp_path
             annotate_frames(teacher, frames[:2], root, tmp_path / "failed")
         assert stub.total == 4
     # the HTTP error rides along as the cause: the pipeline's retry rule calls a 500 transient
-    from tasks.pipeline import is_transient_error
+    from tasks.common import is_transient_error
 
     assert failed.value.__cause__ is not None and is_transient_error(failed.value)
 

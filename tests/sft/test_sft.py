@@ -35,7 +35,7 @@ from odyssey_core.sft.trainer import SFTTrainer, latest_checkpoint
 tiny_model_dir = model_fixtures.tiny_model_dir
 tiny_policy = model_fixtures.tiny_policy
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
