@@ -6,7 +6,6 @@ transient failures, Prefect's input cache first, then the stage's own done marke
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from prefect import task
@@ -18,10 +17,10 @@ from tasks.common import STAGE_TASK, post_report
 __all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_train_task"]
 
 
-@task(name="gtr-train", timeout_seconds=72 * 3600, **STAGE_TASK)
-def gtr_train_task(cfg: GTRPipelineConfig, parent_run_id: str | None = None) -> dict[str, Any]:
-    # a retry continues from the last GTR checkpoint (the stage trains with resume=True)
-    return pipeline.stage_gtr_train(cfg, parent_run_id=parent_run_id)
+# a retry continues from the last GTR checkpoint (the stage trains with resume=True)
+gtr_train_task = task(name="gtr-train", timeout_seconds=72 * 3600, **STAGE_TASK)(
+    pipeline.stage_gtr_train
+)
 
 
 @task(name="gtr-evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
@@ -34,14 +33,6 @@ def gtr_evaluate_task(
     return outputs
 
 
-@task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)
-def gtr_register_task(
-    cfg: GTRPipelineConfig,
-    checkpoint_uri: str,
-    evaluation: Mapping[str, Any],
-    base_model: str,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
-    return pipeline.stage_gtr_register(
-        cfg, checkpoint_uri, evaluation, base_model, parent_run_id=parent_run_id
-    )
+gtr_register_task = task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)(
+    pipeline.stage_gtr_register
+)

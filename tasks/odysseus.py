@@ -7,7 +7,6 @@ retries and caching are :data:`tasks.common.STAGE_TASK`'s.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from prefect import task
@@ -30,70 +29,34 @@ __all__ = [
 ]
 
 
-@task(name="record-walkthroughs", timeout_seconds=4 * 3600, **STAGE_TASK)
-def record_walkthroughs_task(
-    cfg: PipelineConfig, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    return pipeline.stage_record(cfg, parent_run_id=parent_run_id)
-
-
-@task(name="sample-frames", timeout_seconds=2 * 3600, **STAGE_TASK)
-def sample_frames_task(
-    cfg: PipelineConfig, walkthroughs_uri: str, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    return pipeline.stage_sample(cfg, walkthroughs_uri, parent_run_id=parent_run_id)
-
-
+# The stages pass through as they are: each already takes the config, its input URIs and the
+# parent MLflow run id, and returns a small dict.
+record_walkthroughs_task = task(name="record-walkthroughs", timeout_seconds=4 * 3600, **STAGE_TASK)(
+    pipeline.stage_record
+)
+sample_frames_task = task(name="sample-frames", timeout_seconds=2 * 3600, **STAGE_TASK)(
+    pipeline.stage_sample
+)
 # The one stage that talks to a teacher API. Its backend already retries 429/5xx/connection
 # errors per request with backoff; what still escapes as a transient error (and store errors
 # while fetching or publishing) is retried here, paying only for frames the teacher's response
 # cache does not hold yet. Frames the teacher gave up on come back as one TeacherError chained
 # to the first HTTP error: a rate limit or 5xx is retried, a bad key or unknown model is not.
-@task(name="annotate", timeout_seconds=12 * 3600, **STAGE_TASK)
-def annotate_task(
-    cfg: PipelineConfig, samples_uri: str, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    return pipeline.stage_annotate(cfg, samples_uri, parent_run_id=parent_run_id)
-
-
+annotate_task = task(name="annotate", timeout_seconds=12 * 3600, **STAGE_TASK)(
+    pipeline.stage_annotate
+)
 # Too many failing rows raise ValidationFailed: deterministic, so retry_on_transient declines
 # and the flow fails at once with the report in MLflow.
-@task(name="validate", timeout_seconds=2 * 3600, **STAGE_TASK)
-def validate_task(
-    cfg: PipelineConfig,
-    annotations_uri: str,
-    samples_uri: str,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
-    return pipeline.stage_validate(cfg, annotations_uri, samples_uri, parent_run_id=parent_run_id)
-
-
-@task(name="build-dataset", timeout_seconds=2 * 3600, **STAGE_TASK)
-def build_dataset_task(
-    cfg: PipelineConfig,
-    validation_uri: str,
-    samples_uri: str,
-    annotations_uri: str,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
-    return pipeline.stage_build_dataset(
-        cfg, validation_uri, samples_uri, annotations_uri, parent_run_id=parent_run_id
-    )
-
-
-@task(name="sft", timeout_seconds=24 * 3600, **STAGE_TASK)
-def sft_task(
-    cfg: PipelineConfig, dataset_uri: str, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    return pipeline.stage_sft(cfg, dataset_uri, parent_run_id=parent_run_id)
-
-
-@task(name="rl-train", timeout_seconds=72 * 3600, **STAGE_TASK)
-def rl_task(
-    cfg: PipelineConfig, model_uri: str, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    # a retry continues from the last RL checkpoint (the stage trains with resume=True)
-    return pipeline.stage_rl(cfg, model_uri, parent_run_id=parent_run_id)
+validate_task = task(name="validate", timeout_seconds=2 * 3600, **STAGE_TASK)(
+    pipeline.stage_validate
+)
+build_dataset_task = task(name="build-dataset", timeout_seconds=2 * 3600, **STAGE_TASK)(
+    pipeline.stage_build_dataset
+)
+sft_task = task(name="sft", timeout_seconds=24 * 3600, **STAGE_TASK)(pipeline.stage_sft)
+# a retry continues from the last RL checkpoint (the stage trains with resume=True)
+rl_task = task(name="rl-train", timeout_seconds=72 * 3600, **STAGE_TASK)(pipeline.stage_rl)
+promote_task = task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)(pipeline.stage_promote)
 
 
 @task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
@@ -103,19 +66,6 @@ def evaluate_task(
     outputs = pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
     post_report(outputs, f"evaluation-{cfg.name}", checkpoint_uri)  # the Table-2 style report
     return outputs
-
-
-@task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)
-def promote_task(
-    cfg: PipelineConfig,
-    checkpoint_uri: str,
-    evaluation: Mapping[str, Any],
-    base_model_uri: str,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
-    return pipeline.stage_promote(
-        cfg, checkpoint_uri, evaluation, base_model_uri, parent_run_id=parent_run_id
-    )
 
 
 @task(

@@ -38,7 +38,6 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from odyssey_core.envs.base import Observation
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.agents import AgentSpec, PolicyAgent, agent_driven_env_fn
 from odyssey_core.eval.stats import LevelStats, TableStats, level_stats, table_from_cells
@@ -52,7 +51,13 @@ from odyssey_core.eval.suites import (
 )
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
-from odyssey_core.rollout.collector import Collector, EpisodeBudget, EpisodeStart, TurnOutcome
+from odyssey_core.rollout.collector import (
+    Collector,
+    EpisodeBegin,
+    EpisodeBudget,
+    EpisodeStart,
+    TurnOutcome,
+)
 
 __all__ = [
     "EpisodeJob",
@@ -278,24 +283,16 @@ class _JobRecorder:
         for episode in episodes:
             self._record(episode).generate_seeds.append(seed)
 
-    def on_start(
-        self,
-        episode: int,
-        slot: int,
-        start: EpisodeStart,
-        env_seed: int,
-        observation: Observation,
-        info: dict[str, Any],
-    ) -> None:
-        record = self._record(episode)
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None:
+        record, info = self._record(episode), begin.info
         if "game" in info:
             record.env_id = f"{info['game']}-{info['level']}"
         else:
-            record.env_id = self.vec.env_ids[slot]
+            record.env_id = self.vec.env_ids[begin.slot]
         record.start_progress = record.progress = float(info.get("progress", 0.0))
         record.max_progress = info.get("max_progress")
         if self.jobs[self.order[episode]].record_video:
-            record.frames.append(observation.image)
+            record.frames.append(begin.observation.image)
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
         record = self._record(episode)

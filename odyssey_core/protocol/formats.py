@@ -53,7 +53,6 @@ class ResponseFormat(ABC):
         """The parsed answer for ``text`` (never raises); ``info``: the env's info dict at
         the start of the turn."""
 
-    @abstractmethod
     def token_masks(
         self,
         text: str,
@@ -67,6 +66,15 @@ class ResponseFormat(ABC):
 
         ``text`` is the decoded response (special tokens removed); ``parsed``, when given,
         must be ``self.parse(text, info)`` (it saves parsing twice)."""
+        if parsed is None:
+            parsed = self.parse(text, info)
+        return self.masks_of(parsed, text, response_ids, tokenizer)
+
+    @abstractmethod
+    def masks_of(
+        self, parsed: Any, text: str, response_ids: Sequence[int], tokenizer: Any
+    ) -> Masks:
+        """The token masks of a parsed answer."""
 
 
 class OdysseusFormat(ResponseFormat):
@@ -80,17 +88,9 @@ class OdysseusFormat(ResponseFormat):
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedResponse:
         return parse_response(text, self.space)
 
-    def token_masks(
-        self,
-        text: str,
-        response_ids: Sequence[int],
-        tokenizer: Any,
-        info: Mapping[str, Any] | None = None,
-        *,
-        parsed: ParsedResponse | None = None,
+    def masks_of(
+        self, parsed: ParsedResponse, text: str, response_ids: Sequence[int], tokenizer: Any
     ) -> Masks:
-        if parsed is None:
-            parsed = self.parse(text, info)
         offsets = token_char_offsets(text, response_ids, tokenizer)
         return span_token_masks(offsets, parsed.thought_span, parsed.answer_span)
 
@@ -104,17 +104,10 @@ class GTRFormat(ResponseFormat):
         legal = () if info is None else info.get("legal_actions", ())
         return parse_gtr_response(text, legal)
 
-    def token_masks(
-        self,
-        text: str,
-        response_ids: Sequence[int],
-        tokenizer: Any,
-        info: Mapping[str, Any] | None = None,
-        *,
-        parsed: GTRParsed | None = None,
+    def masks_of(
+        self, parsed: GTRParsed, text: str, response_ids: Sequence[int], tokenizer: Any
     ) -> Masks:
-        if parsed is None:
-            parsed = self.parse(text, info)  # the spans do not depend on the legal actions
+        # the spans do not depend on the legal actions
         if parsed.action_span is None:
             boundary = len(coerce_text(text))
         else:  # the thought ends where its span ends; with no thought, the answer is all action

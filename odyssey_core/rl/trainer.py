@@ -107,6 +107,18 @@ class TrainerConfig:
     policy_loss: bool = True  # false: only the hooks' extra losses train the policy
     config_dump: dict[str, Any] = field(default_factory=dict)  # saved beside checkpoints
 
+    @classmethod
+    def for_run(cls, settings: Any, **fields: Any) -> TrainerConfig:
+        """A config for a recipe's run settings: their ``seed``, ``steps`` and
+        ``checkpoint_every``, the settings saved beside each checkpoint, and ``fields``."""
+        return cls(
+            seed=settings.seed,
+            steps=settings.steps,
+            checkpoint_every=settings.checkpoint_every,
+            config_dump=settings.model_dump(mode="json"),
+            **fields,
+        )
+
 
 class TrainerHook:
     """A recipe's plug-in points; every method is optional. ``name`` keys its checkpoint state."""

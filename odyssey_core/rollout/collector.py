@@ -46,6 +46,7 @@ from odyssey_core.rollout.metrics import RolloutMetrics
 
 __all__ = [
     "Collector",
+    "EpisodeBegin",
     "EpisodeBudget",
     "EpisodeObserver",
     "EpisodeStart",
@@ -132,15 +133,18 @@ class EpisodeStart:
         return options or None
 
 
+def _at_least_one(budget: Any) -> None:
+    ((name, count),) = vars(budget).items()
+    if count < 1:
+        raise ValueError(f"a budget needs at least 1 of {name}, got {count}")
+
+
 @dataclass(frozen=True)
 class EpisodeBudget:
     """Exactly ``episodes`` complete episodes."""
 
     episodes: int
-
-    def __post_init__(self) -> None:
-        if self.episodes < 1:
-            raise ValueError(f"an episode budget needs at least 1 episode, got {self.episodes}")
+    __post_init__ = _at_least_one
 
 
 @dataclass(frozen=True)
@@ -148,14 +152,22 @@ class TurnBudget:
     """``turns`` turns in all, rounded up to whole rounds of every env (auto-reset)."""
 
     turns: int
-
-    def __post_init__(self) -> None:
-        if self.turns < 1:
-            raise ValueError(f"a turn budget needs at least 1 turn, got {self.turns}")
+    __post_init__ = _at_least_one
 
 
 Budget = EpisodeBudget | TurnBudget
 Starts = Sequence[EpisodeStart] | Callable[[int], EpisodeStart] | None
+
+
+@dataclass(frozen=True)
+class EpisodeBegin:
+    """How an episode began, as the observer sees it."""
+
+    slot: int  # the env that plays it
+    start: EpisodeStart  # what was asked for
+    env_seed: int
+    observation: Observation  # the first observation
+    info: dict[str, Any]
 
 
 @dataclass
@@ -179,15 +191,7 @@ class TurnOutcome:
 class EpisodeObserver(Protocol):
     """Receives the loop's events; episode numbers are in start order."""
 
-    def on_start(
-        self,
-        episode: int,
-        slot: int,
-        start: EpisodeStart,
-        env_seed: int,
-        observation: Observation,
-        info: dict[str, Any],
-    ) -> None: ...
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None: ...
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None: ...
 
@@ -268,6 +272,21 @@ class Collector:
         def dead() -> set[int]:
             return set(getattr(self.vector_env, "dead_workers", {}) or {})
 
+        def attempt(call: Callable[[], Any], slots: list[int]) -> tuple[dict, dict[int, str]]:
+            """Per slot, what ``call`` returned for it; with ``tolerate_failures``, also the
+            errors of the slots whose env failed (their workers are retired if dead)."""
+            t0 = time.perf_counter()
+            try:
+                results = dict(zip(slots, zip(*call(), strict=True), strict=True))
+                failed: dict[int, str] = {}
+            except VectorEnvError as err:
+                if not tolerate_failures:
+                    raise
+                results, failed = dict(err.partial), _failures(err)
+                retired.update(dead())
+            timings["env_s"] += time.perf_counter() - t0
+            return results, failed
+
         def wants_more(slot: int) -> bool:
             if episode_budget is not None:
                 return next_episode < episode_budget
@@ -283,19 +302,10 @@ class Collector:
                 p.seed if p.seed is not None else episode_seed(seed, k)
                 for p, k in zip(plan, numbers, strict=True)
             ]
-            t0 = time.perf_counter()
-            try:
-                obs, infos = self.vector_env.reset(
-                    seeds=seeds, options=[p.reset_options() for p in plan], indices=slots
-                )
-                results = dict(zip(slots, zip(obs, infos, strict=True), strict=True))
-                failed: dict[int, str] = {}
-            except VectorEnvError as err:
-                if not tolerate_failures:
-                    raise
-                results, failed = dict(err.partial), _failures(err)
-                retired.update(dead())
-            timings["env_s"] += time.perf_counter() - t0
+            options = [p.reset_options() for p in plan]
+            results, failed = attempt(
+                lambda: self.vector_env.reset(seeds=seeds, options=options, indices=slots), slots
+            )
             for i, k, p, s in zip(slots, numbers, plan, seeds, strict=True):
                 if i not in results:
                     observer.on_end(k, "reset failed: " + failed.get(i, "no result"))
@@ -303,7 +313,7 @@ class Collector:
                 observation, info = results[i]
                 slot_episode[i], slot_turns[i], observations[i] = k, 0, observation
                 slot_cap[i] = min(self.max_turns, p.max_turns or self.max_turns)
-                observer.on_start(k, i, p, s, observation, info)
+                observer.on_start(k, EpisodeBegin(i, p, s, observation, info))
 
         def refill_slots(freed: list[int]) -> None:
             """Slots whose episode ended start the next one while the budget wants more."""
@@ -356,17 +366,10 @@ class Collector:
             if on_generate is not None:
                 on_generate(episodes, call_seed)  # type: ignore[arg-type]
 
-            t0 = time.perf_counter()
-            try:
-                stepped = self.vector_env.step(actions, indices=active)
-                results = dict(zip(active, zip(*stepped, strict=True), strict=True))
-                failed = {}
-            except VectorEnvError as err:
-                if not tolerate_failures:
-                    raise
-                results, failed = dict(err.partial), _failures(err)
-                retired.update(dead())
-            timings["env_s"] += time.perf_counter() - t0
+            results, failed = attempt(
+                lambda: self.vector_env.step(actions, indices=active),  # noqa: B023
+                active,
+            )
 
             ended: list[int] = []
             for j, i in enumerate(active):
@@ -498,18 +501,11 @@ class _BatchBuilder:
         self.finished: dict[int, _Episode] = {}
         self.infos: dict[int, dict[str, Any]] = {}  # each episode's info before its next turn
 
-    def on_start(
-        self,
-        episode: int,
-        slot: int,
-        start: EpisodeStart,
-        env_seed: int,
-        observation: Observation,
-        info: dict[str, Any],
-    ) -> None:
-        level_id = _level_id(self.collector.vector_env.env_ids[slot], episode, start, info)
-        self.running[episode] = _Episode(episode, env_seed, level_id, start.group)
-        self.infos[episode] = info
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None:
+        env_id = self.collector.vector_env.env_ids[begin.slot]
+        level_id = _level_id(env_id, episode, begin.start, begin.info)
+        self.running[episode] = _Episode(episode, begin.env_seed, level_id, begin.start.group)
+        self.infos[episode] = begin.info
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
         record = self.running[episode]

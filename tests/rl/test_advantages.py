@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from odyssey_core.recipes.odysseus.settings import ODYSSEUS_ESTIMATORS
 from odyssey_core.rl.advantages import ESTIMATORS, AdvantageSettings, compute_advantages
 
 REWARDS = torch.tensor([1.0, 0.0, 2.0, 3.0, 1.0], dtype=torch.float64)
@@ -56,16 +57,8 @@ def run(name: str, values=VALUES):
 
 
 def test_registry_has_the_seven_estimators_and_gae_with_their_metadata() -> None:
-    assert set(ESTIMATORS.names()) == {
-        "ppo_critic",
-        "ppo_critic_pos",
-        "grpo_outcome",
-        "grpo_outcome_pos",
-        "grpo_process",
-        "grpo_process_pos",
-        "reinforce_pp",
-        "gae",
-    }
+    assert set(ESTIMATORS.names()) == {*ODYSSEUS_ESTIMATORS, "gae"}
+    assert len(ODYSSEUS_ESTIMATORS) == 7
     needs = {name for name in ESTIMATORS.names() if ESTIMATORS.get(name).needs_values}
     assert needs == {"ppo_critic", "ppo_critic_pos", "gae"}
     assert [n for n in ESTIMATORS.names() if ESTIMATORS.get(n).bootstraps] == ["gae"]

@@ -331,7 +331,7 @@ class _Recorder:
     def __init__(self) -> None:
         self.starts, self.turns, self.ends = [], [], {}
 
-    def on_start(self, episode, slot, start, env_seed, observation, info) -> None:
+    def on_start(self, episode, begin) -> None:
         self.starts.append(episode)
 
     def on_turn(self, episode, outcome) -> None:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-from odyssey_core.envs.base import Observation
 from odyssey_core.envs.registry import make_env
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics, tokens
@@ -33,7 +32,13 @@ from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.protocol.parsing import ParsedResponse
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
-from odyssey_core.rollout.collector import Collector, EpisodeBudget, EpisodeStart, TurnOutcome
+from odyssey_core.rollout.collector import (
+    Collector,
+    EpisodeBegin,
+    EpisodeBudget,
+    EpisodeStart,
+    TurnOutcome,
+)
 
 __all__ = [
     "CARD_ACTION_WORDS",
@@ -196,17 +201,9 @@ class _Episodes:
     legal_per_turn: list[list[str]] = field(default_factory=list)
     invalid: int = 0
 
-    def on_start(
-        self,
-        episode: int,
-        slot: int,
-        start: EpisodeStart,
-        env_seed: int,
-        observation: Observation,
-        info: dict[str, Any],
-    ) -> None:
-        self.seeds[episode] = env_seed
-        self.legal[episode] = list(info["legal_actions"])
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None:
+        self.seeds[episode] = begin.env_seed
+        self.legal[episode] = list(begin.info["legal_actions"])
         self.returns[episode], self.lengths[episode] = 0.0, 0
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None:

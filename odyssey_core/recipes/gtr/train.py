@@ -259,7 +259,8 @@ def _gtr_collapse(batch: TurnBatch) -> Any:
 
 def trainer_config(settings: GTRSettings) -> TrainerConfig:
     s = settings
-    return TrainerConfig(
+    return TrainerConfig.for_run(
+        s,
         budget=TurnBudget(s.rollout.turns_per_step),
         estimator="gae",
         advantage=AdvantageSettings(
@@ -272,15 +273,11 @@ def trainer_config(settings: GTRSettings) -> TrainerConfig:
             thought_weight=s.ppo.thought_weight,
             entropy_coef=s.ppo.entropy_coef,
         ),
-        seed=s.seed,
-        steps=s.steps,
-        checkpoint_every=s.checkpoint_every,
         epochs=s.ppo.epochs,
         minibatch_size=s.ppo.minibatch_size,
         score_micro_batch=s.rollout.score_micro_batch,
         temperature=s.rollout.generation.temperature,
         policy_loss=s.ppo.enabled,
-        config_dump=s.model_dump(mode="json"),
     )
 
 

@@ -61,7 +61,8 @@ def build_vector_env(settings: RLTrainSettings) -> Any:
 
 def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
     s = settings
-    return TrainerConfig(
+    return TrainerConfig.for_run(
+        s,
         budget=EpisodeBudget(s.rollout.num_trajectories),
         estimator=s.estimator,
         advantage=AdvantageSettings(gamma=s.ppo.gamma),
@@ -72,15 +73,11 @@ def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
             kl_coef=s.ppo.kl_coef,
             entropy_coef=s.ppo.entropy_coef,
         ),
-        seed=s.seed,
-        steps=s.steps,
-        checkpoint_every=s.checkpoint_every,
         epochs=s.ppo.epochs,
         minibatch_size=s.ppo.minibatch_size,
         score_micro_batch=s.rollout.score_micro_batch,
         temperature=s.rollout.generation.temperature,
         skip_zero_advantage=s.ppo.skip_zero_advantage,
-        config_dump=s.model_dump(mode="json"),
     )
 
 

@@ -10,6 +10,7 @@ import model_fixtures
 import numpy as np
 import pytest
 import torch
+from helpers_presets import gtr_preset
 
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.protocol.gtr_format import parse_gtr_response
@@ -402,22 +403,6 @@ def test_gtr_run_with_the_value_head_checkpoints_and_resumes(
 # -- resumption after a kill, and DeepSpeed --------------------------------------------------
 
 
-def _gtr_preset(tmp_path: Path, tiny_model_dir: Path, name: str = "gtr.yaml", **changes) -> Path:
-    """The tiny preset on the test model: 3 steps, a checkpoint after each."""
-    import yaml
-
-    data = {
-        "inherit": str(CONFIGS / "tiny.yaml"),
-        "steps": 3,
-        "checkpoint_every": 1,
-        "model": {"path": str(tiny_model_dir)},
-        **changes,
-    }
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 _TRAIN_SCRIPT = """
 import sys, torch
 torch.set_num_threads(1)
@@ -443,38 +428,16 @@ def test_killed_gtr_run_resumes_to_the_weights_of_an_uninterrupted_one(
 ) -> None:
     """The RL trainer's method: SIGKILL the training process while step 2 runs, resume from the
     step-1 checkpoint, and land on the uninterrupted run's policy, critic and DAgger buffer."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+    from helpers_resume import kill_during_step_two
 
-    preset = _gtr_preset(tmp_path, tiny_model_dir)
+    preset = gtr_preset(tmp_path, tiny_model_dir)
     settings = load_gtr_settings(preset)
     reference = build_trainer(settings, tmp_path / "reference")
     reference.train()
     reference.close()
 
     killed = tmp_path / "killed"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _TRAIN_SCRIPT, str(preset), str(killed)],
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    pointer = killed / "checkpoints" / "latest"
-    try:
-        deadline = time.monotonic() + 180
-        while not (pointer.is_file() and pointer.read_text().strip() == "step-000001"):
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no step-1 checkpoint in time"
-            time.sleep(0.01)
-        os.kill(proc.pid, signal.SIGKILL)  # step 2 is running now
-    finally:
-        proc.kill()
-        proc.wait()
-    assert not (killed / "checkpoints" / "step-000002").exists(), "killed too late"
+    kill_during_step_two(_TRAIN_SCRIPT, killed, preset, killed)
 
     resumed = build_trainer(settings, killed, resume=True)
     assert resumed.step == 1
@@ -487,44 +450,3 @@ def test_killed_gtr_run_resumes_to_the_weights_of_an_uninterrupted_one(
     assert _buffer(resumed).examples == _buffer(reference).examples
     steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").open()]
     assert steps == [1.0, 2.0, 3.0]
-
-
-_DEEPSPEED_SCRIPT = """
-import json, sys, torch
-torch.set_num_threads(1)
-from pathlib import Path
-from odyssey_core.recipes.gtr.settings import load_gtr_settings
-from odyssey_core.recipes.gtr.train import build_trainer
-out, plain_preset, ds_preset = map(Path, sys.argv[1:4])
-weights, losses = [], []
-for name, preset in (("plain", plain_preset), ("ds", ds_preset)):
-    trainer = build_trainer(load_gtr_settings(preset), out / name)
-    metrics = trainer.train_step()
-    trainer.save()  # a one-rank DeepSpeed checkpoint loads back
-    trainer.close()
-    weights.append({k: v.clone() for k, v in trainer.policy.model.state_dict().items()})
-    losses.append(metrics["actor/loss"])
-resumed = build_trainer(load_gtr_settings(ds_preset), out / "ds", resume=True)
-same = all(torch.equal(resumed.policy.model.state_dict()[k], v) for k, v in weights[1].items())
-diff = max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0])
-print(json.dumps({"diff": diff, "losses": losses, "resumed_step": resumed.step, "same": same}))
-"""
-
-
-@pytest.mark.slow
-def test_gtr_deepspeed_zero2_step_matches_plain_on_cpu(
-    tiny_model_dir: Path, tmp_path: Path
-) -> None:
-    """GTR's step (turn-level PPO + thought cloning + cosine schedule) under a ZeRO-2 engine,
-    world size 1 on gloo, equals the plain AdamW step, and its checkpoint resumes."""
-    pytest.importorskip("deepspeed")
-    from helpers_dist import run_in_single_process_world
-
-    zero2 = REPO / "configs" / "deepspeed" / "zero2.json"
-    plain = _gtr_preset(tmp_path, tiny_model_dir, steps=1)
-    ds = _gtr_preset(tmp_path, tiny_model_dir, "ds.yaml", steps=1, deepspeed=str(zero2))
-    result = run_in_single_process_world(_DEEPSPEED_SCRIPT, tmp_path, plain, ds)
-    assert result["diff"] < 1e-5
-    plain_loss, ds_loss = result["losses"]
-    assert ds_loss == pytest.approx(plain_loss, rel=1e-5)
-    assert result["resumed_step"] == 1 and result["same"]

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import model_fixtures
 import pytest
 import torch
-import yaml
-from helpers_dist import run_in_single_process_world
+from helpers_presets import odysseus_preset as small_preset
+from helpers_resume import kill_during_step_two
 
 from odyssey_core.models.loading import load_model
 from odyssey_core.recipes.odysseus.settings import ODYSSEUS_ESTIMATORS, load_train_settings
@@ -26,31 +21,6 @@ from odyssey_core.rl.trainer import Trainer
 tiny_model_dir = model_fixtures.tiny_model_dir
 ROOT = Path(__file__).resolve().parents[3]
 PRESETS = ROOT / "configs" / "odysseus"
-
-
-def small_preset(tmp_path: Path, model_dir: Path, name: str = "preset.yaml", **changes) -> Path:
-    """The resume test's run: tiny model, 2 envs, 2 trajectories, 3 turns, 8 tokens, 3 steps."""
-    data = {
-        "seed": 3,
-        "steps": 3,
-        "checkpoint_every": 1,
-        "model": {"path": str(model_dir)},
-        "levels": ["odland-1-1", "odland-1-2"],
-        "rollout": {
-            "num_trajectories": 2,
-            "max_turns": 3,
-            "n_envs": 2,
-            "generation": {"temperature": 1.0, "max_new_tokens": 8},
-            "score_micro_batch": 2,
-        },
-        "estimator": "ppo_critic_pos",
-        "ppo": {"minibatch_size": 4, "lr": 1e-3},
-        "critic": {"input_height": 36, "input_width": 40, "minibatch_size": 4},
-        **changes,
-    }
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def run_in_process(preset: Path, out: Path, resume: bool = False) -> Trainer:
@@ -160,26 +130,7 @@ def test_killed_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path) -> Non
         "import sys; from odyssey_core.recipes.odysseus.cli import train_command; "
         f"train_command(['--preset', {str(preset)!r}, '--out', {str(killed)!r}, '--threads', '1'])"
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    pointer = killed / "checkpoints" / "latest"
-    try:
-        deadline = time.monotonic() + 120
-        while not (pointer.is_file() and pointer.read_text().strip() == "step-000001"):
-            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no step-1 checkpoint in time"
-            time.sleep(0.02)
-        os.kill(proc.pid, signal.SIGKILL)  # step 2 is running now
-    finally:
-        proc.kill()
-        proc.wait()
-    assert not (killed / "checkpoints" / "step-000002").exists(), "killed too late"
+    kill_during_step_two(code, killed)
 
     resumed = build_trainer(load_train_settings(preset), killed, resume=True)
     assert resumed.step == 1
@@ -195,42 +146,6 @@ def test_killed_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path) -> Non
     lines = (killed / "metrics.jsonl").read_text().splitlines()
     steps = [json.loads(line)["step"] for line in lines]
     assert steps == [1.0, 2.0, 3.0]
-
-
-_DEEPSPEED_SCRIPT = """
-import json, sys, torch
-torch.set_num_threads(1)
-from pathlib import Path
-from odyssey_core.recipes.odysseus.settings import load_train_settings
-from odyssey_core.recipes.odysseus.train import build_trainer
-out, plain_preset, ds_preset = map(Path, sys.argv[1:4])
-weights, losses = [], []
-for name, preset in (("plain", plain_preset), ("ds", ds_preset)):
-    trainer = build_trainer(load_train_settings(preset), out / name)
-    metrics = trainer.train_step()
-    trainer.close()
-    weights.append(trainer.policy.model.state_dict())
-    losses.append(metrics["actor/loss"])
-diff = max(float((weights[0][k] - weights[1][k]).abs().max()) for k in weights[0])
-print(json.dumps({"diff": diff, "losses": losses}))
-"""
-
-
-@pytest.mark.slow
-def test_deepspeed_zero2_update_matches_plain_on_cpu(tmp_path: Path, tiny_model_dir: Path) -> None:
-    """One step under a ZeRO-2 engine (world size 1, gloo) equals the plain AdamW step.
-
-    Runs in a subprocess so the process group does not outlive the test. The first run on a
-    machine JIT-compiles DeepSpeed's CPU shared-memory comm op (minutes); later runs reuse it.
-    """
-    pytest.importorskip("deepspeed")
-    zero2 = ROOT / "configs" / "deepspeed" / "zero2.json"
-    plain = small_preset(tmp_path, tiny_model_dir, steps=1)
-    ds = small_preset(tmp_path, tiny_model_dir, "ds.yaml", steps=1, deepspeed=str(zero2))
-    result = run_in_single_process_world(_DEEPSPEED_SCRIPT, tmp_path, plain, ds)
-    assert result["diff"] < 1e-5
-    plain_loss, ds_loss = result["losses"]
-    assert ds_loss == pytest.approx(plain_loss, rel=1e-5)
 
 
 @pytest.mark.slow
