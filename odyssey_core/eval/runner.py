@@ -57,6 +57,7 @@ from odyssey_core.rollout.collector import (
     EpisodeBudget,
     EpisodeStart,
     TurnOutcome,
+    stream_seed,
 )
 
 __all__ = [
@@ -71,15 +72,13 @@ __all__ = [
     "run_jobs",
 ]
 
-_ENV_STREAM, _ROUND_STREAM = 1, 3  # seed-stream tags (2 was the old generate stream)
+_ENV_STREAM, _ROUND_STREAM = 1, 3  # tags of the runner's own seed streams
 # The env's own turn limit ends eval episodes; the collector's cap only has to exist.
 _NO_TURN_CAP = 2**31 - 1
 
 
-def derive_seed(*words: int) -> int:
-    """A 32-bit seed from integers; SeedSequence keeps nearby inputs unrelated."""
-    entropy = [int(w) % 2**64 for w in words]
-    return int(np.random.SeedSequence(entropy).generate_state(1, dtype=np.uint32)[0])
+#: a 32-bit seed from integers (SeedSequence keeps nearby inputs unrelated): the collector's
+derive_seed = stream_seed
 
 
 def frame_hash(image: np.ndarray) -> str:

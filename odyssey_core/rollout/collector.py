@@ -306,14 +306,18 @@ class Collector:
             results, failed = attempt(
                 lambda: self.vector_env.reset(seeds=seeds, options=options, indices=slots), slots
             )
+            lost: list[int] = []  # slots whose reset failed
             for i, k, p, s in zip(slots, numbers, plan, seeds, strict=True):
                 if i not in results:
                     observer.on_end(k, "reset failed: " + failed.get(i, "no result"))
+                    lost.append(i)
                     continue
                 observation, info = results[i]
                 slot_episode[i], slot_turns[i], observations[i] = k, 0, observation
                 slot_cap[i] = min(self.max_turns, p.max_turns or self.max_turns)
                 observer.on_start(k, EpisodeBegin(i, p, s, observation, info))
+            if lost and episode_budget is not None:  # a live env takes the next episode
+                refill_slots(lost)
 
         def refill_slots(freed: list[int]) -> None:
             """Slots whose episode ended start the next one while the budget wants more."""
@@ -378,6 +382,7 @@ class Collector:
                 if i not in results:
                     slot_episode[i] = None
                     observer.on_end(k, failed.get(i, "env gave no result"))
+                    ended.append(i)  # a live env takes the next episode (a dead one is retired)
                     continue
                 next_obs, reward, terminated, truncated, info = results[i]
                 slot_turns[i] += 1
@@ -489,7 +494,6 @@ class _Episode:
     outcomes: list[TurnOutcome] = field(default_factory=list)
     masks: list[tuple[list[bool], list[bool]]] = field(default_factory=list)
     extras: list[dict[str, Any]] = field(default_factory=list)
-    start_info: dict[str, Any] = field(default_factory=dict)
 
 
 class _BatchBuilder:

@@ -371,3 +371,32 @@ def test_env_driven_play_and_tolerated_failures(tiny_policy) -> None:
         assert all("ConnectionError: teacher API is down" in e for e in recorder.ends.values())
         with pytest.raises(ConnectionError):
             Collector(envs, Broken(), PARAMS, max_turns=2).play(EpisodeBudget(1), _Recorder())
+
+
+class _FlakyEnv:
+    """An odland env whose every third reset raises, as a broken save state would."""
+
+    def __init__(self) -> None:
+        from odyssey_core.envs.registry import make_env
+
+        self.env, self.resets = make_env("odland-1-1"), 0
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        if self.resets % 3 == 0:
+            raise RuntimeError("corrupt save state")
+        return self.env.reset(seed=seed, options=options)
+
+
+def test_a_failed_reset_ends_only_its_episode_and_the_env_plays_on(tiny_policy) -> None:
+    with SyncVectorEnv([_FlakyEnv]) as envs:
+        recorder = _Recorder()
+        Collector(envs, tiny_policy, PARAMS, max_turns=1).play(
+            EpisodeBudget(5), recorder, seed=0, tolerate_failures=True
+        )
+    assert sorted(recorder.ends) == [0, 1, 2, 3, 4]  # every episode reported once
+    assert "corrupt save state" in recorder.ends[2] and recorder.ends[0] is None
+    assert recorder.starts == [0, 1, 3, 4]  # episode 2 never started; the env went on
