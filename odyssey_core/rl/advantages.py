@@ -28,6 +28,7 @@ import torch
 from odyssey_core.common.registry import Registry
 
 EPS = 1e-8
+NO_SPREAD = 1e-6  # a spread below this share of the largest |value| counts as none
 
 
 class AdvantageInputs(Protocol):
@@ -142,7 +143,13 @@ def ppo_critic(rewards, values, episode_ids, gamma):
 
 
 def ppo_critic_pos(rewards, values, episode_ids, gamma):
-    """Positive-advantage filtering (eq. 1): A_t = max(A~_t, 0) / sigma({A~ : A~ > 0})."""
+    """Positive-advantage filtering (eq. 1): A_t = max(A~_t, 0) / sigma({A~ : A~ > 0}).
+
+    eq. 1 is undefined when the positive A~ have no spread (one positive turn, or all equal:
+    an untrained critic on a sparse reward); dividing by ~EPS there would scale them ~1e8x.
+    Fallback, in order: sigma over the whole batch's A~ (ppo_critic's normaliser), and when
+    that has no spread either, no scaling. "No spread" is sigma <= NO_SPREAD * max |A~|.
+    """
     _check(rewards, episode_ids)
     if values is None:
         raise ValueError("ppo_critic_pos needs the critic's values")
@@ -151,7 +158,13 @@ def ppo_critic_pos(rewards, values, episode_ids, gamma):
     positive = raw[raw > 0]
     if positive.numel() == 0:  # nothing beat the critic: no turn is reinforced
         return torch.zeros_like(raw), returns
-    return raw.clamp(min=0) / (population_std(positive) + EPS), returns
+    floor = NO_SPREAD * float(raw.abs().max())
+    sigma = population_std(positive)
+    if positive.numel() < 2 or float(sigma) <= floor:
+        sigma = population_std(raw)
+        if float(sigma) <= floor:
+            return raw.clamp(min=0), returns
+    return raw.clamp(min=0) / (sigma + EPS), returns
 
 
 def grpo_outcome(rewards, values, episode_ids, gamma):

@@ -105,6 +105,7 @@ class TrainerConfig:
     temperature: float = 1.0  # the sampling temperature the log-probs are taken at
     skip_zero_advantage: bool = False
     policy_loss: bool = True  # false: only the hooks' extra losses train the policy
+    max_turn_samples: int | None = None  # stop once this many turns were collected in all
     config_dump: dict[str, Any] = field(default_factory=dict)  # saved beside checkpoints
 
     @classmethod
@@ -180,6 +181,7 @@ class Trainer:
         self.reference = reference  # log pi_ref for a KL penalty
         self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffling
         self.step = 0  # training steps completed
+        self.turn_samples = 0  # turns collected by the completed steps
 
     def hook(self, name: str) -> TrainerHook:
         for hook in self.hooks:
@@ -201,7 +203,9 @@ class Trainer:
             c.budget, seed=collection_seed(c.seed, step), starts=starts
         )
         timing["rollout_s"] = time.perf_counter() - started
+        self.turn_samples += len(batch)
         metrics: dict[str, float] = {"step": float(step + 1)}
+        metrics["rollout/turn_samples_total"] = float(self.turn_samples)
         metrics.update(rollout.as_dict())
         for hook in self.hooks:
             metrics.update(hook.on_batch(self, batch))
@@ -375,15 +379,22 @@ class Trainer:
 
     # -- the loop -------------------------------------------------------------------------------
 
+    def budget_spent(self, steps: int) -> bool:
+        """Whether ``steps`` steps are done or the turn-sample budget is used up."""
+        samples = self.config.max_turn_samples
+        return self.step >= steps or (samples is not None and self.turn_samples >= samples)
+
     def train(self, steps: int | None = None) -> list[dict[str, float]]:
-        """Run until ``steps`` (default: the config's) steps are done, checkpointing on the way."""
+        """Run until ``steps`` (default: the config's) steps are done or ``max_turn_samples``
+        turns were collected (Section 4.2 compares estimators at 0.38M turn samples),
+        checkpointing on the way and at the end."""
         total = self.config.steps if steps is None else steps
         history = []
-        while self.step < total:
+        while not self.budget_spent(total):
             metrics = self.train_step()
             self._log(metrics)
             history.append(metrics)
-            if self.step % self.config.checkpoint_every == 0 or self.step == total:
+            if self.step % self.config.checkpoint_every == 0 or self.budget_spent(total):
                 self.save()
         return history
 
@@ -408,6 +419,7 @@ class Trainer:
     def state_dict(self) -> dict[str, Any]:
         return {
             "step": self.step,
+            "turn_samples": self.turn_samples,
             "seed": self.config.seed,
             "next_collection_seed": collection_seed(self.config.seed, self.step),
             "value_function": None
@@ -421,6 +433,7 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step = int(state["step"])
+        self.turn_samples = int(state["turn_samples"])
         if self.value_function is not None:
             self.value_function.load_state_dict(state["value_function"])
         self.updater.load_state_dict(state["policy_optimizer"])

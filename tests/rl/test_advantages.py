@@ -83,6 +83,26 @@ def test_ppo_critic_pos_normalises_over_the_positive_part_only() -> None:
     close(advantages, [0.5 / sigma, 0.0, 1.0 / sigma, 2.5 / sigma, 0.0])
 
 
+def _values_for(raw: list[float]) -> torch.Tensor:
+    """Critic values that make A~ = R - V equal ``raw`` on the batch above."""
+    return torch.tensor(RETURNS, dtype=torch.float64) - torch.tensor(raw, dtype=torch.float64)
+
+
+def test_ppo_critic_pos_falls_back_when_the_positives_have_no_spread() -> None:
+    # One positive A~ (2): no sigma of positives. Fallback: sigma of all A~ = [-1,-1,-1,2,-1]:
+    # mean -0.4, squared deviations 4 * 0.36 + 5.76 = 7.2, / 5 = 1.44 -> sigma 1.2.
+    advantages, _ = run("ppo_critic_pos", values=_values_for([-1, -1, -1, 2, -1]))
+    close(advantages, [0.0, 0.0, 0.0, 2 / 1.2, 0.0])
+    # All positives equal (0.5): sigma of A~ = [0.5, -1, 0.5, 0.5, -2]: mean -0.3,
+    # squared deviations 0.64 * 3 + 0.49 + 2.89 = 5.3, / 5 = 1.06.
+    advantages, _ = run("ppo_critic_pos", values=_values_for([0.5, -1, 0.5, 0.5, -2]))
+    s = math.sqrt(1.06)
+    close(advantages, [0.5 / s, 0.0, 0.5 / s, 0.5 / s, 0.0])
+    # No spread anywhere (every A~ = 0.5): the positives are left unscaled, not x1e8.
+    advantages, _ = run("ppo_critic_pos", values=_values_for([0.5] * 5))
+    close(advantages, [0.5] * 5)
+
+
 def test_ppo_critic_pos_all_zero_when_nothing_is_positive() -> None:
     advantages, _ = run("ppo_critic_pos", values=torch.full((5,), 10.0, dtype=torch.float64))
     close(advantages, [0.0] * 5)

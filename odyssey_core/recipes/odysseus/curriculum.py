@@ -102,11 +102,21 @@ class CurriculumHook(TrainerHook):
 
     name = "curriculum"
 
-    def __init__(self, curriculum: AutoCurriculum, episodes: int, update: bool = True) -> None:
+    def __init__(
+        self,
+        curriculum: AutoCurriculum,
+        episodes: int,
+        update: bool = True,
+        start_states: dict[str, bytes] | None = None,
+    ) -> None:
         self.curriculum, self.episodes, self.update = curriculum, episodes, update
+        self.start_states = dict(start_states or {})  # level -> the save state it starts from
 
     def episode_starts(self, trainer: Trainer) -> list[EpisodeStart]:
-        return [EpisodeStart(level=level) for level in self.curriculum.sample(self.episodes)]
+        return [
+            EpisodeStart(level=level, state=self.start_states.get(level))
+            for level in self.curriculum.sample(self.episodes)
+        ]
 
     def on_step_end(self, trainer: Trainer, batch: TurnBatch) -> dict[str, float]:
         if self.update:

@@ -101,6 +101,11 @@ class RolloutSettings(StrictModel):
     score_micro_batch: int = Field(
         default=4, ge=1, description="turns per forward pass when (re)scoring log-probs"
     )
+    start_states: dict[str, Path] = Field(
+        default_factory=dict,
+        description="level -> a save-state file its episodes start from (Section 4.2's "
+        "scenario); levels not named start at the level start",
+    )
 
 
 class RLTrainSettings(StrictModel):
@@ -108,6 +113,11 @@ class RLTrainSettings(StrictModel):
 
     seed: int = 0
     steps: int = Field(default=100, ge=1, description="training steps (Table 9: 190)")
+    max_turn_samples: int | None = Field(
+        default=None,
+        ge=1,
+        description="also stop once this many turns were collected (Section 4.2: 0.38M)",
+    )
     checkpoint_every: int = Field(default=10, ge=1, description="steps between checkpoints")
     out_dir: Path | None = Field(default=None, description="overridden by `--out`")
     model: ModelSettings = ModelSettings()
@@ -137,6 +147,12 @@ class RLTrainSettings(StrictModel):
     def _supported(self) -> RLTrainSettings:
         if len(set(self.levels)) != len(self.levels):
             raise ValueError(f"levels must be distinct, got {self.levels}")
+        unknown = set(self.rollout.start_states) - set(self.levels)
+        if unknown:
+            raise ValueError(f"rollout.start_states names levels not trained on: {sorted(unknown)}")
+        for level, path in self.rollout.start_states.items():
+            if not Path(path).is_file():
+                raise ValueError(f"rollout.start_states[{level!r}]: no save-state file at {path}")
         return self
 
     @property

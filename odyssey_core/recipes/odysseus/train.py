@@ -78,6 +78,7 @@ def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
         score_micro_batch=s.rollout.score_micro_batch,
         temperature=s.rollout.generation.temperature,
         skip_zero_advantage=s.ppo.skip_zero_advantage,
+        max_turn_samples=s.max_turn_samples,
     )
 
 
@@ -149,7 +150,12 @@ def build_trainer(
         out,
         hooks=[
             CollapseMonitor(_odysseus_collapse),
-            CurriculumHook(curriculum, s.rollout.num_trajectories, update=s.curriculum.enabled),
+            CurriculumHook(
+                curriculum,
+                s.rollout.num_trajectories,
+                update=s.curriculum.enabled,
+                start_states={k: Path(v).read_bytes() for k, v in s.rollout.start_states.items()},
+            ),
         ],
         callbacks=callbacks,
         reference=_lora_reference(policy, s) if s.ppo.kl_coef > 0 else None,

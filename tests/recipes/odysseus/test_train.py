@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import model_fixtures
+import numpy as np
 import pytest
 import torch
 from helpers_presets import odysseus_preset as small_preset
@@ -177,3 +178,53 @@ def test_lora_warmup_and_value_free_estimator(tmp_path: Path, tiny_model_dir: Pa
     assert resumed.step == 2
     _assert_close(_weights(resumed)[0], _weights(trainer)[0])
     resumed.close()
+
+
+def test_episodes_start_from_save_states_and_a_turn_sample_budget_stops_training(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """Section 4.2's setup at toy size: every episode starts from a saved scenario, and the run
+    stops at a budget of turn samples before its step count (and says so in its state)."""
+    from odyssey_core.envs.registry import make_env
+
+    env = make_env("odland-1-1")
+    env.reset(seed=0)
+    for _ in range(10):
+        scenario, *_ = env.step("<answer>['a', 'right']</answer>")
+    state_file = tmp_path / "scenario.state"
+    state_file.write_bytes(env.save_state())
+    env.close()
+    preset = small_preset(
+        tmp_path,
+        tiny_model_dir,
+        steps=50,
+        max_turn_samples=8,  # 2 episodes x at most 3 turns per step: 2 or 3 steps
+        levels=["odland-1-1"],
+        rollout={
+            "num_trajectories": 2,
+            "max_turns": 3,
+            "n_envs": 2,
+            "generation": {"temperature": 1.0, "max_new_tokens": 8},
+            "start_states": {"odland-1-1": str(state_file)},
+        },
+    )
+    trainer = build_trainer(load_train_settings(preset), tmp_path / "run")
+    firsts = []
+    collect = trainer.collector.collect
+
+    def spy(*args, **kwargs):
+        batch, metrics = collect(*args, **kwargs)
+        firsts.extend(batch.frames[part.start] for part in batch.episode_slices())
+        return batch, metrics
+
+    trainer.collector.collect = spy
+    history = trainer.train()
+    trainer.close()
+    assert 2 <= len(history) < 50 and trainer.turn_samples >= 8
+    assert trainer.turn_samples - history[-1]["all/turns"] < 8  # it stopped at the first chance
+    assert all(np.array_equal(frame, scenario.image) for frame in firsts)
+    state = load_trainer_state(latest_checkpoint(tmp_path / "run"))
+    assert state["turn_samples"] == trainer.turn_samples and state["step"] == len(history)
+    bad = small_preset(tmp_path, tiny_model_dir, "bad.yaml", rollout={"start_states": {"x": "y"}})
+    with pytest.raises(ValueError, match="not trained on"):
+        load_train_settings(bad)
