@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from odyssey_core.envs import make_env
-from odyssey_core.envs.pyboy.mario import DEATH_ADDRESS, ROM_ENV_VAR, SuperMarioLand
+from odyssey_core.envs.pyboy.levels import MARIO_LEVELS
+from odyssey_core.envs.pyboy.mario import PAPER_MAX_PROGRESS, ROM_ENV_VAR, world_level
 from odyssey_core.envs.pyboy.rom import RomError, header_checksum, read_rom_header, validate_rom
 
 
@@ -93,35 +93,6 @@ def test_mario_accepts_a_rom_with_the_right_header(monkeypatch, tmp_path: Path) 
         make_env("mario-1-1", level="2-3")
 
 
-class FakeWrapper(SimpleNamespace):
-    def game_over(self) -> bool:
-        return self.over
-
-
-def fake_mario(death_byte: int, world=(1, 1), over=False, lives=2, progress=300):
-    wrapper = FakeWrapper(
-        over=over, world=world, lives_left=lives, level_progress=progress, time_left=350
-    )
-    return SimpleNamespace(game_wrapper=wrapper, memory={DEATH_ADDRESS: death_byte})
-
-
-@pytest.mark.parametrize(
-    ("death_byte", "world", "over", "dead", "goal"),
-    [
-        (0x00, (1, 1), False, False, False),
-        (0x80, (1, 1), False, False, False),  # the threshold itself is still alive
-        (0x81, (1, 1), False, True, False),
-        (0x00, (1, 1), True, True, False),
-        (0x00, (1, 2), False, False, True),  # the world moved on: goal passed
-    ],
-)
-def test_mario_ram_reading(tmp_path: Path, death_byte, world, over, dead, goal) -> None:
-    game = SuperMarioLand(rom_path=tmp_path / "unused.gb")
-    snapshot = game.read(fake_mario(death_byte, world, over), "1-1")
-    assert (snapshot.dead, snapshot.goal_reached, snapshot.game_over) == (dead, goal, over)
-    assert snapshot.progress == 300 and snapshot.lives == 2
-
-
 @pytest.mark.needs_sml
 def test_real_mario_level_start_and_progress(sml_rom: Path) -> None:
     env = make_env("mario-1-1", rom_path=sml_rom, max_turns=30)
@@ -136,5 +107,43 @@ def test_real_mario_level_start_and_progress(sml_rom: Path) -> None:
                 break
         assert info["progress"] > start
         assert total == pytest.approx(10 * (info["progress"] - start))
+    finally:
+        env.close()
+
+
+@pytest.mark.needs_sml
+def test_all_ten_mario_levels_start(sml_rom: Path) -> None:
+    env = make_env("mario-1-1", rom_path=sml_rom, max_turns=10)
+    try:
+        for level in MARIO_LEVELS:
+            observation, info = env.reset(options={"level": level})
+            assert info["level"] == level and level in observation.text
+            assert info["world"] == world_level(level), f"{level} started in {info['world']}"
+            assert info["lives"] >= 1 and not info["game_over"] and not info["goal_reached"]
+            assert info["time_left"] > 0 and info["progress"] > 0
+            assert info["max_progress"] == PAPER_MAX_PROGRESS.get(level)
+            assert observation.image.std() > 0, f"{level}: blank first frame"
+            _, reward, terminated, _, after = env.step(("right",))
+            assert not terminated and after["world"] == world_level(level)
+            assert reward == 10 * (after["progress"] - info["progress"]) and reward >= 0
+    finally:
+        env.close()
+
+
+@pytest.mark.needs_sml
+def test_mario_ram_decoding_agrees_with_pyboy_after_a_tick(sml_rom: Path) -> None:
+    """Right after a tick PyBoy's wrapper is fresh: our decoding must say what it says."""
+    env = make_env("mario-1-1", rom_path=sml_rom, max_turns=60)
+    try:
+        env.reset(seed=0)
+        for action in [("b", "right")] * 20 + [("a", "right"), ("left",), ("noop",)] * 3:
+            _, _, terminated, truncated, info = env.step(action)
+            wrapper = env.pyboy.game_wrapper
+            assert info["progress"] == wrapper.level_progress
+            assert info["lives"] == wrapper.lives_left
+            assert info["world"] == tuple(wrapper.world)
+            assert info["time_left"] == wrapper.time_left
+            if terminated or truncated:
+                break
     finally:
         env.close()

@@ -285,10 +285,16 @@ class GameBoyEnv(TurnEnv):
         assert self._frame is not None
         return Observation(image=self._frame, text=build_turn_text(self.level, self._turn))
 
-    def _info(
-        self, snapshot: GameSnapshot | None, *, buttons: tuple[str, ...], invalid: bool
-    ) -> dict[str, Any]:
-        assert snapshot is not None
+    def state_info(self) -> dict[str, Any]:
+        """What ``info`` says about the current state, read when it was reached or restored:
+        every key of the last ``reset``/``step`` info but the turn's own (``buttons``,
+        ``invalid_action``, ``life_lost``, ``parse_error``). Right after ``load_state(s)`` it
+        equals what it was when ``s`` was saved."""
+        if self._snapshot is None:
+            raise RuntimeError(f"{self.env_id}: no state before reset()")
+        return self._state_info(self._snapshot)
+
+    def _state_info(self, snapshot: GameSnapshot) -> dict[str, Any]:
         return {
             "game": self.game.name,
             "level": self.level,
@@ -297,9 +303,13 @@ class GameBoyEnv(TurnEnv):
             "lives": snapshot.lives,
             "goal_reached": snapshot.goal_reached,
             "game_over": snapshot.game_over,
-            "buttons": buttons,
-            "invalid_action": invalid,
             "fallback_count": self._fallbacks,
             "turn": self._turn,
             **snapshot.extras,
         }
+
+    def _info(
+        self, snapshot: GameSnapshot | None, *, buttons: tuple[str, ...], invalid: bool
+    ) -> dict[str, Any]:
+        assert snapshot is not None
+        return {**self._state_info(snapshot), "buttons": buttons, "invalid_action": invalid}
