@@ -1,5 +1,5 @@
-"""`train-gtr`: GTR training -> evaluation -> registration with the promotion gate
-(:mod:`odyssey_core.recipes.gtr.pipeline`).
+"""`train-gtr`: (SFT initialisation ->) GTR training -> evaluation -> registration with the
+promotion gate (:mod:`odyssey_core.recipes.gtr.pipeline`).
 
 Finished stages are skipped (Prefect's input cache, then the stage's done marker), so a rerun of
 a failed flow run resumes where it stopped; training itself resumes from its last checkpoint.
@@ -13,7 +13,7 @@ from prefect import flow
 
 from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
 from odyssey_core.stages import parent_run, results_table
-from tasks.gtr import gtr_evaluate_task, gtr_register_task, gtr_train_task
+from tasks.gtr import gtr_evaluate_task, gtr_register_task, gtr_sft_task, gtr_train_task
 
 
 @flow(name="train-gtr", log_prints=True)
@@ -22,6 +22,8 @@ def train_gtr_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None
     cfg = load_gtr_pipeline_config(preset, overrides)
     results: dict[str, dict[str, Any]] = {}
     with parent_run(cfg, "train-gtr") as parent:
+        if cfg.sft.enabled:  # the one-epoch SFT initialisation, then RL from its model
+            results["sft"] = gtr_sft_task(cfg, parent_run_id=parent)
         results["train"] = gtr_train_task(cfg, parent_run_id=parent)
         checkpoint = results["train"]["checkpoint_uri"]
         results["evaluate"] = gtr_evaluate_task(cfg, checkpoint, parent_run_id=parent)

@@ -14,9 +14,12 @@ from odyssey_core.recipes.gtr import pipeline
 from odyssey_core.recipes.gtr.pipeline import GTRPipelineConfig
 from tasks.common import STAGE_TASK, post_report
 
-__all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_train_task"]
+__all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_sft_task", "gtr_train_task"]
 
 
+# the SFT initialisation as its own task: its own timeout and retries; the train stage then
+# finds its done marker
+gtr_sft_task = task(name="gtr-sft", timeout_seconds=24 * 3600, **STAGE_TASK)(pipeline.stage_gtr_sft)
 # a retry continues from the last GTR checkpoint (the stage trains with resume=True)
 gtr_train_task = task(name="gtr-train", timeout_seconds=72 * 3600, **STAGE_TASK)(
     pipeline.stage_gtr_train

@@ -2,8 +2,10 @@
 
 By default only the language model's attention and MLP projections get adapters; the vision
 tower stays frozen unless ``include_vision`` is set (then its attention and MLP linears are
-adapted too). Adapters are saved on their own (a few MB) and can be merged into the base
-weights to export a plain checkpoint that :func:`odyssey_core.models.load_model` reads.
+adapted too), and so does the projector between them (Qwen-VL's patch merger) unless
+``include_projector`` is set. Adapters are saved on their own (a few MB) and can be merged
+into the base weights to export a plain checkpoint that :func:`odyssey_core.models.load_model`
+reads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ LANGUAGE_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_pro
 # Linear layers inside vision blocks: Qwen3-VL (qkv, proj, linear_fc1/2) and Qwen2.5-VL
 # (qkv, proj, gate/up/down_proj).
 VISION_TARGETS = ("qkv", "proj", "linear_fc1", "linear_fc2", "gate_proj", "up_proj", "down_proj")
+# The projector from vision features to the language model: Qwen3-VL's merger and its
+# deepstack mergers (linear_fc1/2), Qwen2.5-VL's merger (an MLP: mlp.0 and mlp.2).
+PROJECTOR_PATTERN = r".*visual\.(?:merger|deepstack_merger_list\.\d+)\.(?:linear_fc\d|mlp\.\d+)"
 
 
 class LoraSettings(StrictModel):
@@ -47,6 +52,10 @@ class LoraSettings(StrictModel):
         default=LANGUAGE_TARGETS, description="linear layer names inside the language model"
     )
     include_vision: bool = Field(default=False, description="also adapt the vision blocks")
+    include_projector: bool = Field(
+        default=False,
+        description="also adapt the vision-language projector (the merger's linear layers)",
+    )
     bias: Literal["none", "all", "lora_only"] = "none"
 
 
@@ -59,12 +68,15 @@ def _quiet_peft() -> Iterator[None]:
 
 
 def lora_target_regex(settings: LoraSettings) -> str:
-    """A PEFT ``target_modules`` regex restricted to the language model (and vision blocks)."""
+    """A PEFT ``target_modules`` regex restricted to the language model (and the vision
+    blocks, and the projector)."""
     names = "|".join(re.escape(n) for n in settings.target_modules)
     pattern = rf".*language_model\..*\.({names})"
     if settings.include_vision:
         vision = "|".join(re.escape(n) for n in VISION_TARGETS)
         pattern += rf"|.*visual\.blocks\..*\.({vision})"
+    if settings.include_projector:
+        pattern += "|" + PROJECTOR_PATTERN
     return pattern
 
 

@@ -16,7 +16,7 @@ and on padding: the cross-entropy covers the response and its end token only.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,8 @@ class PromptBuilder:
 
     ``HFPolicy`` builds prompts from ``self.processor``, ``self.system_prompt`` and the frame
     settings only; borrowing its methods here (instead of rewriting them) keeps SFT prompts
-    byte-identical to rollout prompts without loading a model.
+    byte-identical to rollout prompts without loading a model. ``system_prompt`` replaces the
+    game's registered one (a recipe whose policy runs with its own prompt, e.g. GTR's).
     """
 
     messages = HFPolicy.messages
@@ -151,9 +152,10 @@ class PromptBuilder:
         game: str,
         image_scale: int | None = None,
         image_size: tuple[int, int] | None = None,
+        system_prompt: str | None = None,
     ) -> None:
         self.processor = processor
-        self.system_prompt = get_system_prompt(game)
+        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
         self.image_scale = image_scale
         self.image_size = image_size
 
@@ -163,6 +165,8 @@ class SFTCollator:
 
     Left padding puts every response at the end of its row, so the trainer only needs the
     logits of the last ``max_response_len + 1`` positions (``logits_to_keep``).
+    ``system_prompts`` maps a row's ``game`` to the system prompt its policy runs with, in
+    place of the registered one (games without an entry keep theirs).
     """
 
     def __init__(
@@ -170,10 +174,12 @@ class SFTCollator:
         processor: Any,
         image_scale: int | None = None,
         image_size: tuple[int, int] | None = None,
+        system_prompts: Mapping[str, str] | None = None,
     ) -> None:
         self.processor = processor
         self.image_scale = image_scale
         self.image_size = image_size
+        self.system_prompts = dict(system_prompts or {})
         tokenizer = processor.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.end_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
@@ -182,7 +188,11 @@ class SFTCollator:
     def builder(self, game: str) -> PromptBuilder:
         if game not in self._builders:
             self._builders[game] = PromptBuilder(
-                self.processor, game, self.image_scale, self.image_size
+                self.processor,
+                game,
+                self.image_scale,
+                self.image_size,
+                system_prompt=self.system_prompts.get(game),
             )
         return self._builders[game]
 

@@ -29,7 +29,7 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -94,7 +94,10 @@ def cosine_schedule(
 
 
 class SFTTrainer:
-    """Fine-tunes the checkpoint in ``model_dir`` on the dataset folder ``dataset_dir``."""
+    """Fine-tunes the checkpoint in ``model_dir`` on the dataset folder ``dataset_dir``.
+
+    ``system_prompts`` (game -> prompt) replaces the registered system prompt of those games'
+    rows, for a recipe whose policy runs with its own (GTR's card games)."""
 
     def __init__(
         self,
@@ -105,6 +108,7 @@ class SFTTrainer:
         *,
         resume: bool = False,
         callbacks: Sequence[MetricsCallback] = (),
+        system_prompts: Mapping[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.dataset_dir = Path(dataset_dir)
@@ -152,7 +156,9 @@ class SFTTrainer:
             image_scale=settings.image_scale,
             image_size=settings.image_size,
         )
-        self.collator = SFTCollator(self.processor, settings.image_scale, settings.image_size)
+        self.collator = SFTCollator(
+            self.processor, settings.image_scale, settings.image_size, system_prompts
+        )
 
         steps_per_epoch = math.ceil(len(self.train_set) / settings.batch_size)
         self.total_steps = steps_per_epoch * settings.epochs
@@ -541,9 +547,16 @@ def run_sft(
     *,
     resume: bool = False,
     callbacks: Sequence[MetricsCallback] = (),
+    system_prompts: Mapping[str, str] | None = None,
 ) -> SFTResult:
     """Build an :class:`SFTTrainer` and train to the end."""
     trainer = SFTTrainer(
-        settings, dataset_dir, model_dir, out_dir, resume=resume, callbacks=callbacks
+        settings,
+        dataset_dir,
+        model_dir,
+        out_dir,
+        resume=resume,
+        callbacks=callbacks,
+        system_prompts=system_prompts,
     )
     return trainer.train()

@@ -23,6 +23,7 @@ from odyssey_core.envs.cards import (
 from odyssey_core.envs.cards.games import hand_total
 from odyssey_core.envs.cards.render import Card
 from odyssey_core.protocol.gtr_format import parse_gtr_response
+from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 
 CARDS_NAMES = [spec.name for spec in CARDS_ENVS]
 
@@ -108,10 +109,31 @@ def test_points24_rules() -> None:
     assert env.step("=")[1:3] == (-1.0, True)
     with pytest.raises(RuntimeError):
         env.step("+")
-    # cut off after 20 steps
+    # GTR App. A.1: the episode terminates at T = 20 (not truncated: nothing to bootstrap) and
+    # its last step earns the outcome, -1 for a formula that does not make 24 ...
     env.reset(seed=1)
-    ends = [env.step("+")[2:4] for _ in range(20)]
-    assert ends[-1] == (False, True) and all(end == (False, False) for end in ends[:-1])
+    steps = [env.step("+") for _ in range(20)]
+    assert all(step[1:4] == (0.0, False, False) for step in steps[:-1])
+    _, reward, terminated, truncated, info = steps[-1]
+    assert (reward, terminated, truncated) == (-1.0, True, False) and info["time_limit"]
+    assert not info["success"]
+    with pytest.raises(RuntimeError):
+        env.step("+")
+    # ... also when the 20th action is illegal (one terminal -1, as '=' gives) ...
+    env.reset(seed=0, options={"cards": ["QS", "3H", "4D", "2C"]})
+    for _ in range(19):
+        env.step("5")
+    assert env.step("5")[1:4] == (-1.0, True, False)
+    # ... and 10 when the formula then uses every card and makes 24
+    env.reset(seed=0, options={"cards": ["QS", "3H", "4D", "2C"]})
+    for token in ["5"] * 13 + ["10", "+", "3", "*", "4", "+"]:
+        env.step(token)
+    _, reward, terminated, _, info = env.step("2")
+    assert (reward, terminated, info["success"], info["time_limit"]) == (10.0, True, True, True)
+    # the other games' step limits are no part of their rules: they truncate
+    ez = EZPointsEnv(max_steps=3)
+    ez.reset(seed=0)
+    assert [ez.step("+")[2:4] for _ in range(3)][-1] == (False, True)
     # J/Q/K count 10; some deals have no solution
     env.reset(seed=0, options={"cards": ["AS", "AH", "AD", "AC"]})
     assert env.step("=")[4]["solvable"] is False
@@ -174,3 +196,31 @@ def test_solver_exact_and_distinct() -> None:
     assert solver.next_tokens("3*8", [3, 8], 24) == {"="}
     assert solver.completions("8*", [3, 3, 8, 8]) == []
     assert solver.solve([5, 7], 12, ("+", "-")) == ("5+7",)
+
+
+# the system prompts list exactly what each env accepts (EZPoints' once offered '*', which its
+# env rejects): every card env, with its default settings and with another operator set
+PROMPT_CASES = [(name, {}) for name in CARDS_NAMES] + [
+    ("cards-ezpoints", {"operators": ("+", "*")}),
+    ("cards-ezpoints", {"operators": ("+", "-", "*"), "target": 10}),
+]
+
+
+@pytest.mark.parametrize(("name", "kwargs"), PROMPT_CASES)
+def test_system_prompt_lists_exactly_the_legal_actions(name: str, kwargs: dict) -> None:
+    import re
+
+    env = make_env(name, **kwargs)
+    prompt = gtr_system_prompt(name, kwargs)
+    quoted = set(re.findall(r"'([^'\s]{1,5})'", prompt))
+    words = {a for a in env.legal_actions if not a.isdigit()}
+    assert {q for q in quoted if not q.isdigit()} == words
+    numbers = sorted(int(a) for a in env.legal_actions if a.isdigit())
+    if numbers:  # the formula games name the range of card values and their target
+        assert f"'{numbers[0]}' to '{numbers[-1]}'" in prompt
+        assert f"equals {env.target}" in prompt
+    assert {q for q in quoted if q.isdigit()} == (
+        {str(numbers[0]), str(numbers[-1])} if numbers else set()
+    )
+    if name == "cards-ezpoints" and not kwargs:
+        assert "'*'" not in prompt and "*" not in env.legal_actions

@@ -71,7 +71,15 @@ class CardsEnv(TurnEnv):
             self._fallbacks += 1
         reward, terminated, extra = self._apply(played)
         self._steps += 1
-        truncated = not terminated and self._steps >= self.max_steps
+        truncated = False
+        if not terminated and self._steps >= self.max_steps:
+            outcome = self._time_limit()
+            if outcome is None:  # a time limit outside the task: cut off, to be bootstrapped
+                truncated = True
+            else:  # the task's own horizon: the episode ends with this outcome
+                reward, more = outcome
+                terminated = True
+                extra.update(more)
         self._done = terminated or truncated
         info = self._info(action=played, invalid=invalid, parse_error=parse_error)
         info.update(extra)
@@ -86,6 +94,12 @@ class CardsEnv(TurnEnv):
 
     def _apply(self, action: str) -> tuple[float, bool, dict[str, Any]]:
         raise NotImplementedError
+
+    def _time_limit(self) -> tuple[float, dict[str, Any]] | None:
+        """What reaching ``max_steps`` means: ``None`` truncates the episode (the default); a
+        game whose rules end the episode there returns ``(reward, info)`` of that last step,
+        and the step is ``terminated``."""
+        return None
 
     def _frame(self) -> np.ndarray:
         raise NotImplementedError
@@ -213,6 +227,9 @@ class FormulaEnv(CardsEnv):
     n_cards = 4
     operators: tuple[str, ...] = ("+", "-", "*", "/")
     parentheses = True
+    # True: ``max_steps`` is the task's horizon T and its last step is judged like '='
+    # (Points24, GTR App. A.1); False: the episode is only cut off there (truncated).
+    horizon_terminates = False
 
     def __init__(
         self,
@@ -272,14 +289,29 @@ class FormulaEnv(CardsEnv):
 
     def _apply(self, action: str) -> tuple[float, bool, dict[str, Any]]:
         if action == "=":
-            value = evaluate_tokens(self.tokens)
-            success = value is not None and value == self.target and not self.remaining
-            reward = self.success_reward if success else self.fail_reward
-            return reward, True, {"success": success, "value": _show(value), "illegal": False}
+            reward, info = self._outcome()
+            return reward, True, {**info, "illegal": False}
         if action.isdigit() and int(action) not in self.remaining:
             return self.illegal_reward, False, {"success": False, "illegal": True}
         self.tokens.append(action)
         return 0.0, False, {"success": False, "illegal": False}
+
+    def _outcome(self) -> tuple[float, dict[str, Any]]:
+        """The terminal reward of the formula as it stands: ``success_reward`` when it uses
+        every card and equals the target, else ``fail_reward``."""
+        value = evaluate_tokens(self.tokens)
+        success = value is not None and value == self.target and not self.remaining
+        reward = self.success_reward if success else self.fail_reward
+        return reward, {"success": success, "value": _show(value)}
+
+    def _time_limit(self) -> tuple[float, dict[str, Any]] | None:
+        if not self.horizon_terminates:
+            return None
+        # GTR App. A.1: the episode terminates when the step count reaches T; "at termination,
+        # if the formula evaluates to 24, the agent receives 10; otherwise -1". That outcome is
+        # the step's reward (it replaces the step's own 0 or -1, as the reward of '=' does).
+        reward, info = self._outcome()
+        return reward, {**info, "time_limit": True}
 
     def _frame(self) -> np.ndarray:
         return render_table([("", self.cards)], [f"Formula: {self.formula}"], self.image_size)
@@ -336,9 +368,15 @@ class EZPointsEnv(FormulaEnv):
 
 
 class Points24Env(FormulaEnv):
-    """Four cards, the four operators and parentheses; the deal may have no solution."""
+    """Four cards, the four operators and parentheses; the deal may have no solution.
+
+    GTR App. A.1: -1 for an illegal action, 0 for a legal one; the episode terminates on '='
+    or at step T = ``max_steps`` (20), and its last step earns 10 when the formula then uses
+    every card and equals 24, else -1 (``terminated``, not truncated: T is part of the task).
+    """
 
     game = "points24"
+    horizon_terminates = True
 
     def __init__(
         self,

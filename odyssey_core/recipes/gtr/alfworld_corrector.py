@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.recipes.gtr.corrector import Correction, Corrector
+from odyssey_core.recipes.gtr.corrector import Correction, Corrector, EpisodeMemory
 
 __all__ = ["ALFWORLD_SYSTEM_PROMPT", "AlfWorldCorrector", "next_subgoal"]
 
@@ -62,6 +62,7 @@ class AlfWorldCorrector(Corrector):
     """Ground-truth corrections for ALFWorld from the env's info and the planner's plan."""
 
     source = "alfworld_programmatic"
+    oracle = True  # reads the env's state and the planner's plan
 
     def correct(
         self,
@@ -69,6 +70,7 @@ class AlfWorldCorrector(Corrector):
         thought: str | None,
         action: str | None,
         info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
     ) -> Correction:
         if info.get("game") != "alfworld":
             raise ValueError(f"the ALFWorld corrector does not know the game {info.get('game')!r}")
@@ -114,7 +116,8 @@ class AlfWorldCorrector(Corrector):
         elif expected is not None:
             action_ok = action == expected
             parts.append(f"action {action!r}: " + ("on plan" if action_ok else "off plan"))
-        agrees = all(check is not False for check in (location_ok, holding_ok, subgoal_ok))
+        # correct = every question answered, and right (an undescribed scene is not correct)
+        agrees = all(check is True for check in (location_ok, holding_ok, subgoal_ok))
         agrees = agrees and bool(action_ok) and solvable
         self._counts["agreements" if agrees else "disagreements"] += 1
 
@@ -132,7 +135,7 @@ class AlfWorldCorrector(Corrector):
             f'"location": "{where}", "holding": "{held}", "subgoal": "{subgoal}", '
             f'"thoughts": {json.dumps(why)}'
         )
-        return Correction(
+        correction = Correction(
             evaluation="; ".join(parts) + f". Verdict: {'CORRECT' if agrees else 'INCORRECT'}.",
             corrected_thought=corrected,
             solvable=solvable,
@@ -146,3 +149,4 @@ class AlfWorldCorrector(Corrector):
                 "action_ok": action_ok,
             },
         )
+        return self.keep_if_correct(correction, thought, action)

@@ -1,32 +1,49 @@
 """Thought correctors for GTR: judge the agent's thought each step and write a better one.
 
-Two correctors share one interface (:class:`Corrector`):
+Correctors share one interface (:class:`Corrector`):
 
-* ``programmatic`` (the offline default) reads the env's privileged state from ``info`` and
-  uses the exact solver, so its corrections are always right. It is what tests and CPU runs use.
-* ``openai`` asks any OpenAI-compatible VLM, given the frame, the task, the agent's thought and
-  action, the GTR questions (cards, card reading, target formula and its reachability, whether
-  the action moves toward it). The model may call a ``solve24`` tool, which runs our solver.
-  Its answer is a JSON object; a malformed one gets one retry with a reminder and is then
-  treated as "no correction" (``Correction.valid`` is False), counted in ``metrics()``.
+* ``openai`` (the paper's: GPT-4o with a 24-solver tool, temperature 0.4, 600 tokens, GTR
+  Table 2 and App. C) asks any OpenAI-compatible VLM, given the frame, the current formula,
+  the agent's thought and the episode's target formula, GTR's questions (the cards, the
+  cards the thought names, the formula it aims for, whether the action moves toward it). The
+  model may call a ``solve24`` tool, which runs our exact solver. Its answer is a JSON object;
+  a malformed one gets one retry with a reminder and is then treated as "no correction"
+  (``Correction.valid`` is False), counted in ``metrics()``.
+* ``programmatic`` reads the env's privileged state from ``info`` and uses the exact solver:
+  an **oracle** (``Corrector.oracle``), whose corrections are always right. Tests and CPU runs
+  use it; a report of a model it trained says so.
+* ``alfworld`` (:mod:`odyssey_core.recipes.gtr.alfworld_corrector`), the planner-backed oracle
+  for ALFWorld.
 
-A trainer adds ``corrected_thought`` to the thought-cloning set only when ``valid``; ``agrees``
-says whether the agent's own thought was judged right, and ``solvable is False`` is the signal
-to truncate the episode (see :mod:`odyssey_core.recipes.gtr.rewards`).
+A thought judged correct is not rewritten (App. C: "correction: None if the thought is
+correct"): ``agrees`` is True, ``thought_kept`` too, and ``corrected_thought`` is the agent's
+own thought, which thought cloning then keeps. A trainer adds ``corrected_thought`` to the
+cloning set only when ``valid``; ``solvable is False`` is the signal to truncate the episode
+(see :mod:`odyssey_core.recipes.gtr.rewards`). What a corrector carries from step to step of
+one episode (the target formula the paper's prompt hands back) lives in an
+:class:`EpisodeMemory` that the caller keeps per episode.
+
+A preset names a corrector and its arguments (``rollout.corrector``); :func:`build_corrector`
+resolves them, reading the settings that come from the environment, and fails with an error
+that names a missing setting before any work starts.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pydantic import Field, ValidationError
+
 from odyssey_core.common.registry import Registry
+from odyssey_core.config import StrictModel
 from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.render import RANKS, card_value
 from odyssey_core.envs.cards.solver import (
@@ -41,13 +58,24 @@ from odyssey_core.protocol.gtr_format import format_gtr_response, parse_gtr_resp
 
 __all__ = [
     "CORRECTORS",
+    "CORRECTOR_SETTINGS",
+    "NO_CORRECTOR",
     "Correction",
     "Corrector",
+    "CorrectorConfigError",
+    "EpisodeMemory",
+    "NoArguments",
     "OpenAICorrector",
+    "OpenAICorrectorSettings",
     "ProgrammaticCorrector",
     "basic_strategy",
+    "build_corrector",
+    "check_corrector",
+    "describe_corrector",
     "make_corrector",
     "solve24_tool",
+    "split_corrector_spec",
+    "validate_corrector_kwargs",
 ]
 
 FORMULA_GAMES = ("points24", "ezpoints")
@@ -66,6 +94,9 @@ class Correction:
     target_formula: str | None = None
     valid: bool = True  # False: the corrector gave no usable answer ("no correction")
     details: dict[str, Any] = field(default_factory=dict)
+    # True: the thought was judged correct and not rewritten; corrected_thought (and action)
+    # are then the agent's own (GTR App. C: "correction: None if the thought is correct")
+    thought_kept: bool = False
 
     def as_response(self) -> str | None:
         """The corrected thought followed by its action, in the agent's answer format."""
@@ -74,10 +105,41 @@ class Correction:
         return format_gtr_response(self.corrected_thought, self.action)
 
 
+@dataclass
+class EpisodeMemory:
+    """What a corrector carries across the steps of one episode; the caller makes a fresh one
+    at every episode start (the GTR wrapper does) and passes it to every ``correct`` call.
+
+    ``target_formula`` is the formula the corrections steer toward (GTR App. C's "[Target
+    Formula]", "NOT DETERMINED" until a correction picks one): later steps are judged against
+    it while the typed formula can still become it.
+    """
+
+    target_formula: str | None = None
+    steps: int = 0
+
+
+def _compact(formula: str | None) -> str:
+    return re.sub(r"\s+", "", formula or "")
+
+
+def _still_reachable(target_formula: str | None, current: str) -> bool:
+    """The typed formula is a prefix of the target formula (so it can still become it)."""
+    target = _compact(target_formula)
+    return bool(target) and target.startswith(_compact(current))
+
+
 class Corrector(ABC):
-    """Judges ``(frame, thought, action)`` for one step; ``info`` is the env's step info."""
+    """Judges ``(frame, thought, action)`` for one step; ``info`` is the env's step info and
+    ``memory`` the episode's :class:`EpisodeMemory` (None: every step on its own).
+
+    ``oracle`` is True for correctors that read the game's hidden state (the programmatic
+    ones): their corrections are exact, unlike the paper's VLM corrector's, and reports of a
+    model they trained say so.
+    """
 
     source: str = ""
+    oracle: bool = False
 
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()  # what metrics() reports
@@ -89,20 +151,41 @@ class Corrector(ABC):
         thought: str | None,
         action: str | None,
         info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
     ) -> Correction: ...
 
     def correct_response(
-        self, observation: Observation, response: str, info: Mapping[str, Any]
+        self,
+        observation: Observation,
+        response: str,
+        info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
     ) -> Correction:
         """Parse a raw agent answer, then correct its thought."""
         parsed = parse_gtr_response(response, info.get("legal_actions", ()))
         thought = (
             parsed.thought if parsed.thought is not None else ("" if parsed.valid else response)
         )
-        return self.correct(observation, thought, parsed.action, info)
+        return self.correct(observation, thought, parsed.action, info, memory)
 
     def metrics(self) -> dict[str, int]:
         return dict(self._counts)
+
+    def keep_if_correct(
+        self, correction: Correction, thought: str | None, action: str | None
+    ) -> Correction:
+        """GTR App. C, "correction: None if the thought is correct": a valid verdict that the
+        thought is right leaves the agent's own thought (and action) in place of a rewrite."""
+        own = (thought or "").strip()
+        if not (correction.valid and correction.agrees and own):
+            return correction
+        self._counts["kept"] += 1
+        return replace(
+            correction,
+            corrected_thought=own,
+            action=action if action is not None else correction.action,
+            thought_kept=True,
+        )
 
 
 # ------------------------------------------------------------------------ reading the thought
@@ -164,9 +247,12 @@ def _verdict(parts: list[str], agrees: bool) -> str:
 
 # ------------------------------------------------------------------------------ programmatic
 class ProgrammaticCorrector(Corrector):
-    """Ground-truth corrections from the env's privileged state and the exact solver."""
+    """Ground-truth corrections from the env's privileged state and the exact solver (an
+    oracle). A thought is judged correct only when it states what the game asks (the cards and
+    the formula; the numbers; the total), states it right, and the action follows from it."""
 
     source = "programmatic"
+    oracle = True
 
     def correct(
         self,
@@ -174,12 +260,15 @@ class ProgrammaticCorrector(Corrector):
         thought: str | None,
         action: str | None,
         info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
     ) -> Correction:
         game = info.get("game")
         self._counts["corrections"] += 1
         thought = thought or ""
+        if memory is not None:
+            memory.steps += 1
         if game in FORMULA_GAMES:
-            result = self._formula(thought, action, info)
+            result = self._formula(thought, action, info, memory)
         elif game == "numberline":
             result = self._numberline(thought, action, info)
         elif game == "blackjack":
@@ -187,9 +276,15 @@ class ProgrammaticCorrector(Corrector):
         else:
             raise ValueError(f"the programmatic corrector does not know the game {game!r}")
         self._counts["agreements" if result.agrees else "disagreements"] += 1
-        return result
+        return self.keep_if_correct(result, thought, action)
 
-    def _formula(self, thought: str, action: str | None, info: Mapping[str, Any]) -> Correction:
+    def _formula(
+        self,
+        thought: str,
+        action: str | None,
+        info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
+    ) -> Correction:
         cards = [str(c)[:-1] for c in info["cards"]]  # "QS" -> "Q"
         values = [int(v) for v in info["card_values"]]
         target = int(info["target"])
@@ -217,16 +312,19 @@ class ProgrammaticCorrector(Corrector):
         ways = completions(prefix, values, target, ops, parens)
         solvable_now = complete or bool(ways)
 
+        def reaches(tokens: tuple[str, ...]) -> bool:
+            return (
+                evaluate_tokens(tokens) == target
+                and Counter(uses_numbers(tokens)) == Counter(values)
+                and tokens[: len(prefix)] == tuple(prefix)
+            )
+
         proposed = claimed_formula(thought)
         formula_ok: bool | None = None
         plan: tuple[str, ...] | None = None
         if proposed is not None:
             p_tokens = tuple(tokenize(proposed))
-            formula_ok = (
-                evaluate_tokens(p_tokens) == target
-                and Counter(uses_numbers(p_tokens)) == Counter(values)
-                and p_tokens[: len(prefix)] == tuple(prefix)
-            )
+            formula_ok = reaches(p_tokens)
             parts.append(
                 f"formula {proposed!r}: "
                 + ("reaches the target from here" if formula_ok else "is not a reachable solution")
@@ -235,6 +333,10 @@ class ProgrammaticCorrector(Corrector):
                 plan = p_tokens
         else:
             parts.append("formula: not stated")
+        if plan is None and memory is not None and memory.target_formula:
+            kept = tuple(tokenize(memory.target_formula))
+            if reaches(kept):  # the episode's target formula, while it can still be reached
+                plan = kept
         if plan is None and ways:
             plan = ways[0]  # the shortest way to finish what is already typed
 
@@ -248,9 +350,8 @@ class ProgrammaticCorrector(Corrector):
             parts.append(f"action {action!r}: " + ("on track" if action_ok else "off track"))
         else:
             parts.append("action: no action can reach the target any more")
-        agrees = cards_ok is not False and formula_ok is not False and action_ok is not False
-        if not solvable_now:
-            agrees = False
+        # correct = every question answered, and right (an unstated reading is not correct)
+        agrees = cards_ok is True and formula_ok is True and action_ok is True and solvable_now
 
         shown_cards = ", ".join(json.dumps(c) for c in cards)
         numbers = ", ".join(str(v) for v in values)
@@ -271,6 +372,8 @@ class ProgrammaticCorrector(Corrector):
                 f"'{''.join(plan)}' = {target}, so the next step is '{expected}'."
             )
         target_formula = "".join(plan) if plan and solvable_now else None
+        if memory is not None:
+            memory.target_formula = target_formula
         corrected = (
             f'"cards": [{shown_cards}], "formula": "{target_formula or ""}", "thoughts": "{why}"'
         )
@@ -301,7 +404,7 @@ class ProgrammaticCorrector(Corrector):
         expected = "=" if current == target else ("+" if current < target else "-")
         action_ok = action == expected
         parts.append(f"action {action!r}: " + ("moves toward the target" if action_ok else "wrong"))
-        agrees = read_ok is not False and action_ok
+        agrees = read_ok is True and action_ok
         side = "below" if current < target else "above"
         why = (
             f"The current number {current} is {side} the target {target}, so I press '{expected}'."
@@ -331,7 +434,7 @@ class ProgrammaticCorrector(Corrector):
         expected = basic_strategy(total, usable, dealer)
         action_ok = action == expected
         parts.append(f"action {action!r}: " + ("sound" if action_ok else "against basic strategy"))
-        agrees = read_ok is not False and action_ok
+        agrees = read_ok is True and action_ok
         soft = " (an ace counted as 11)" if usable else ""
         why = (
             f"My cards {', '.join(player)} total {total}{soft} and the dealer shows {dealer}; "
@@ -372,6 +475,8 @@ SOLVE24_TOOL: dict[str, Any] = {
     },
 }
 
+_TITLES = {"points24": "Points24 (the 24-point card game)", "ezpoints": "EZPoints"}
+
 _SYSTEM = (
     "You check the reasoning of an agent that plays a card game from pictures. You see the "
     "picture the agent saw, the task, the agent's thought and the action it chose. Look at the "
@@ -379,24 +484,71 @@ _SYSTEM = (
     "should have had. Ace counts 1; J, Q and K count 10."
 )
 
-_QUESTIONS = (
-    "Work through these, briefly:\n"
-    "1. Which cards does the picture show?\n"
-    "2. Does the thought name the same cards (in any order)?\n"
-    "3. Which formula is the thought aiming for, and can it still be reached from the current "
-    "formula? You may call solve24 with the card values to get every correct formula.\n"
-    "4. Does the chosen action move toward that formula (or is it '=' once the formula is "
-    "complete)?\n"
+NOT_DETERMINED = "NOT DETERMINED"
+
+_FORMULA_QUESTIONS = (
+    "The player's thought may be wrong. Judge it by these questions:\n"
+    "(1) Which cards does the picture show? If the target formula is NOT DETERMINED, call "
+    "solve24 with their values to get every correct formula (keep the list to yourself).\n"
+    "(2) Which card ranks does the thought name? Do they match yours, in any order?\n"
+    "(3) Which formula does the thought aim for? Is it the target formula or, when that is NOT "
+    "DETERMINED, one of the correct formulas, and can the current formula still become it?\n"
+    "(4) Does the action append the next token of that formula (or is it '=' once the formula "
+    "is complete)?\n"
+    "Answer briefly, then judge. If the thought is wrong, pick the next single token to append "
+    "and write the thought the player should have had.\n"
     "Reply with one JSON object and nothing else:\n"
-    '{"evaluation": "<your short answers, ending in CORRECT or INCORRECT>", '
-    '"corrected_thought": "<the thought the agent should have had, naming the cards, the '
-    'formula to reach and the next step>", "solvable": <true, false or null>}'
+    '{"answer1": "...", "answer2": "...", "answer3": "...", "answer4": "...", '
+    '"evaluation": "YES if the thought is correct, else NO", '
+    '"possible_solution": <true or false: can the current formula still reach the target; '
+    "null if the thought is correct>, "
+    '"target_formula": "<the target formula if one is given; the thought\'s formula if the '
+    'thought is correct; else a correct formula that extends the current formula>", '
+    '"correction": <null if the thought is correct, else the correct thought as a JSON '
+    'object: {"cards": [...], "formula": "<the target formula>", "thoughts": "<the next '
+    'token and why>"}>, '
+    '"action": "<the next token to append; null if the thought is correct>"}'
+)
+
+_GENERIC_QUESTIONS = (
+    "The player's thought may be wrong. Judge it by these questions:\n"
+    "(1) What does the picture show?\n"
+    "(2) Does the thought read the picture right?\n"
+    "(3) Is the action the right move, and does it follow from the thought?\n"
+    "Answer briefly, then judge. If the thought is wrong, write the thought the player should "
+    "have had.\n"
+    "Reply with one JSON object and nothing else:\n"
+    '{"answer1": "...", "answer2": "...", "answer3": "...", '
+    '"evaluation": "YES if the thought is correct, else NO", '
+    '"correction": <null if the thought is correct, else the correct thought as a JSON '
+    "object in the format the player uses>, "
+    '"action": "<the right move; null if the thought is correct>"}'
 )
 
 _REMINDER = (
-    "That reply was not a valid JSON object with the keys evaluation, corrected_thought and "
-    "solvable. Send only that JSON object."
+    "That reply was not a valid JSON object with an evaluation (YES or NO) and, when the "
+    "thought is wrong, a correction. Send only that JSON object."
 )
+
+
+def _quoted(actions: Sequence[str]) -> str:
+    return ", ".join(f"'{a}'" for a in actions)
+
+
+def corrector_system_prompt(info: Mapping[str, Any]) -> str:
+    """The corrector's system prompt for the game in ``info`` (GTR App. C's, for Points24)."""
+    game = info.get("game")
+    if game not in FORMULA_GAMES:
+        return _SYSTEM
+    legal = [str(a) for a in info.get("legal_actions", ())]
+    n = len(info.get("cards", ())) or "the"
+    return (
+        f"You are an expert player of {_TITLES.get(str(game), str(game))}. You observe {n} "
+        "playing cards in the image and the current formula. The goal is a formula that "
+        f"evaluates to {info.get('target')} and uses each card's number exactly once. Each "
+        f"step appends one of [{_quoted(legal)}] to the current formula, toward a correct "
+        "target formula. 'J', 'Q' and 'K' count as '10', 'A' as '1'."
+    )
 
 
 def _values_from(cards: Sequence[Any]) -> list[int]:
@@ -435,7 +587,12 @@ def solve24_tool(arguments: str | Mapping[str, Any], ops: Sequence[str] = ALL_OP
 
 
 def parse_correction_json(text: str | None) -> dict[str, Any] | None:
-    """The JSON object in a reply (code fences and chatter around it allowed), or ``None``."""
+    """The JSON object in a reply (code fences and chatter around it allowed), or ``None``.
+
+    The object needs an ``evaluation`` (text, or a boolean); its correction is ``correction``
+    (GTR App. C: a JSON object, or null when the thought is correct) or ``corrected_thought``
+    (text), either of which may be missing here and is checked by the caller.
+    """
     if not text:
         return None
     body = re.sub(r"```(?:json)?", "", text).strip()
@@ -448,11 +605,10 @@ def parse_correction_json(text: str | None) -> dict[str, Any] | None:
             data = json.loads(candidate)
         except (json.JSONDecodeError, ValueError):
             continue
-        if (
-            isinstance(data, dict)
-            and isinstance(data.get("evaluation"), str)
-            and isinstance(data.get("corrected_thought"), str)
-        ):
+        if not isinstance(data, dict) or not isinstance(data.get("evaluation"), str | bool):
+            continue
+        fix = data.get("correction", data.get("corrected_thought"))
+        if fix is None or isinstance(fix, str | dict):
             return data
     return None
 
@@ -473,11 +629,43 @@ def _judged_correct(data: Mapping[str, Any]) -> bool:
     explicit = _as_bool(data.get("agrees"))
     if explicit is not None:
         return explicit
-    text = str(data.get("evaluation", "")).strip().lower()
+    verdict = data.get("evaluation")
+    if isinstance(verdict, bool):
+        return verdict
+    text = str(verdict or "").strip().lower().rstrip(".!")
     tail = text[-40:]
-    if "incorrect" in tail or text.startswith("no"):
+    if any(w in tail for w in ("incorrect", "not correct", "wrong")):
         return False
-    return "correct" in tail or text.startswith("yes")
+    if text.startswith("no") or text.endswith(" no"):
+        return False
+    return "correct" in tail or text.startswith("yes") or text.endswith(" yes")
+
+
+def _empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and value.strip().lower() in _NONE_WORDS)
+
+
+_NONE_WORDS = ("", "none", "null", "n/a", NOT_DETERMINED.lower())
+
+
+def _thought_from(fix: Any, legal: Sequence[str]) -> tuple[str, str | None]:
+    """A correction as (thought in the agent's format, the action it names, if any)."""
+    if isinstance(fix, dict):
+        body = {k: v for k, v in fix.items() if str(k).lower() != "action"}
+        action = fix.get("action")
+        thought = json.dumps(body, ensure_ascii=False)[1:-1].strip()
+        return thought, str(action) if action is not None and str(action) in legal else None
+    text = str(fix)
+    parsed = parse_gtr_response(text, legal)
+    if parsed.valid:
+        return (parsed.thought or "").strip(), parsed.action
+    return text.strip(), None
+
+
+def _formula_of(value: Any) -> str | None:
+    if _empty(value) or not isinstance(value, str):
+        return None
+    return value.split("=")[0].strip() or None
 
 
 class OpenAICorrector(Corrector):
@@ -485,7 +673,9 @@ class OpenAICorrector(Corrector):
 
     Requests go through :class:`~odyssey_core.policy.openai_backend.OpenAIPolicy`'s retry
     loop (backoff, ``Retry-After``, clear 401/404 errors). ``max_tool_rounds`` bounds how many
-    times the model may call the tool per correction.
+    times the model may call the tool per correction. With an :class:`EpisodeMemory`, the
+    target formula one step's answer settles on is handed to the next steps of the episode
+    (App. C's "[Target Formula]"), as long as the typed formula can still become it.
     """
 
     source = "openai"
@@ -533,32 +723,43 @@ class OpenAICorrector(Corrector):
     def metrics(self) -> dict[str, int]:
         out = {
             k: 0
-            for k in ("corrections", "tool_calls", "malformed", "format_retries", "no_correction")
+            for k in (
+                "corrections",
+                "tool_calls",
+                "malformed",
+                "format_retries",
+                "no_correction",
+                "kept",
+            )
         }
         out.update(self._counts)
         out.update({f"http_{k}": v for k, v in self._http.metrics().items()})
         return out
 
     def messages(
-        self, observation: Observation, thought: str | None, action: str | None, info: Mapping
+        self,
+        observation: Observation,
+        thought: str | None,
+        action: str | None,
+        info: Mapping[str, Any],
+        target_formula: str | None = None,
     ) -> list[dict[str, Any]]:
         from odyssey_core.policy.openai_backend import encode_image_data_url
 
         lines = [f"Task: {observation.text}"]
-        if info.get("game") in FORMULA_GAMES:
-            lines.append(f"Current formula: '{info.get('formula', '')}'")
-            lines.append(f"Target value: {info.get('target')}")
-        lines += [
-            f"Agent's thought: {thought or '(none)'}",
-            f"Agent's action: {action}",
-            _QUESTIONS,
-        ]
+        formula_game = info.get("game") in FORMULA_GAMES
+        if formula_game:
+            lines.append(f"[Current Formula] '{info.get('formula', '')}'")
+        lines += [f"[Thought] {thought or '(none)'}", f"[Action] {action}"]
+        if formula_game:
+            lines.append(f"[Target Formula] {target_formula or NOT_DETERMINED}")
+        lines.append(_FORMULA_QUESTIONS if formula_game else _GENERIC_QUESTIONS)
         image = {
             "type": "image_url",
             "image_url": {"url": encode_image_data_url(observation.image)},
         }
         return [
-            {"role": "system", "content": _SYSTEM},
+            {"role": "system", "content": corrector_system_prompt(info)},
             {"role": "user", "content": [image, {"type": "text", "text": "\n".join(lines)}]},
         ]
 
@@ -568,16 +769,27 @@ class OpenAICorrector(Corrector):
         thought: str | None,
         action: str | None,
         info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
     ) -> Correction:
         self._counts["corrections"] += 1
-        messages = self.messages(observation, thought, action, info)
+        formula_game = info.get("game") in FORMULA_GAMES
+        target = None
+        if memory is not None:
+            memory.steps += 1
+            if memory.target_formula and formula_game:
+                if _still_reachable(memory.target_formula, str(info.get("formula", ""))):
+                    target = memory.target_formula
+                else:  # the agent typed past it: the corrector picks a new one
+                    memory.target_formula = None
+        messages = self.messages(observation, thought, action, info, target)
         ops = tuple(info.get("operators", ALL_OPERATORS))
-        tools = self.use_tools and info.get("game") in FORMULA_GAMES
-        data = None
+        tools = self.use_tools and formula_game
+        result = None
         for attempt in range(2):  # the first answer, then one retry with a reminder
             content = self._ask(messages, tools, ops)
             data = parse_correction_json(content)
-            if data is not None:
+            result = None if data is None else self._interpret(data, thought, action, info)
+            if result is not None:
                 break
             self._counts["malformed"] += 1
             if attempt == 0:
@@ -586,7 +798,7 @@ class OpenAICorrector(Corrector):
                     {"role": "assistant", "content": content or ""},
                     {"role": "user", "content": _REMINDER},
                 ]
-        if data is None:
+        if result is None:
             self._counts["no_correction"] += 1
             return Correction(
                 evaluation="",
@@ -595,18 +807,55 @@ class OpenAICorrector(Corrector):
                 agrees=True,  # no grounds to overrule the agent; trainers skip invalid ones
                 source=self.source,
                 valid=False,
+                target_formula=target,
             )
-        corrected = data["corrected_thought"]
-        parsed = parse_gtr_response(corrected, info.get("legal_actions", ()))
+        if memory is not None and formula_game:
+            chosen = result.target_formula or target
+            if result.solvable is False:
+                chosen = None
+            if chosen and evaluate_tokens(tokenize(chosen)) != info.get("target"):
+                chosen = target  # not a formula for this target: keep the one we had
+            memory.target_formula = chosen
+            result = replace(result, target_formula=chosen)
+        self._counts["agreements" if result.agrees else "disagreements"] += 1
+        return self.keep_if_correct(result, thought, action)
+
+    def _interpret(
+        self,
+        data: Mapping[str, Any],
+        thought: str | None,
+        action: str | None,
+        info: Mapping[str, Any],
+    ) -> Correction | None:
+        """A reply as a Correction; None when it says the thought is wrong but gives no
+        correction (malformed: retried once)."""
+        legal = [str(a) for a in info.get("legal_actions", ())]
+        agrees = _judged_correct(data)
+        fix = data.get("correction", data.get("corrected_thought"))
+        corrected, fix_action = ("", None) if _empty(fix) else _thought_from(fix, legal)
+        if not agrees and not corrected:
+            return None
+        named = data.get("action")
+        if fix_action is None and isinstance(named, str) and named.strip() in legal:
+            fix_action = named.strip()
+        solvable = _as_bool(data.get("possible_solution", data.get("solvable")))
+        target = _formula_of(data.get("target_formula"))
+        if target is None:
+            target = claimed_formula(corrected) or (
+                claimed_formula(thought or "") if agrees else None
+            )
+        evaluation = data.get("evaluation")
+        answers = [str(data[k]) for k in ("answer1", "answer2", "answer3", "answer4") if k in data]
+        text = evaluation if isinstance(evaluation, str) else ("YES" if evaluation else "NO")
         return Correction(
-            evaluation=data["evaluation"],
-            corrected_thought=(parsed.thought or corrected) if parsed.valid else corrected,
-            solvable=_as_bool(data.get("solvable")),
-            agrees=_judged_correct(data),
+            evaluation="; ".join([*answers, text]) if answers else text,
+            corrected_thought=corrected,
+            solvable=solvable,
+            agrees=agrees,
             source=self.source,
-            action=parsed.action,
-            target_formula=data.get("target_formula") or claimed_formula(corrected),
-            details={"raw": data},
+            action=fix_action if not agrees else (action or fix_action),
+            target_formula=target,
+            details={"raw": dict(data)},
         )
 
     def _ask(self, messages: list[dict[str, Any]], tools: bool, ops: Sequence[str]) -> str | None:
@@ -648,12 +897,214 @@ class OpenAICorrector(Corrector):
         return None
 
 
+# ------------------------------------------------------------------------- registry + settings
 CORRECTORS: Registry[Callable[..., Corrector]] = Registry("corrector")
 CORRECTORS.register("programmatic", ProgrammaticCorrector)
 CORRECTORS.register("openai", OpenAICorrector)
 CORRECTORS.register("alfworld", "odyssey_core.recipes.gtr.alfworld_corrector:AlfWorldCorrector")
 
+NO_CORRECTOR = "none"  # a run without a corrector (the RL4VLM baseline)
+
+
+class CorrectorConfigError(ValueError):
+    """A corrector's settings are incomplete or wrong; the message names the setting."""
+
+
+class NoArguments(StrictModel):
+    """The arguments of a corrector that takes none (the programmatic oracles)."""
+
+    def resolve(self, where: str, environ: Mapping[str, str]) -> dict[str, Any]:
+        return {}
+
+
+class OpenAICorrectorSettings(StrictModel):
+    """The ``openai`` corrector's arguments in a preset. A setting with an ``*_env`` twin is
+    read from that environment variable when it is set (so a deployment can point a preset
+    at its own server), else from the preset; the key only ever comes from the environment."""
+
+    model: str | None = Field(default=None, description="the served model (the paper: gpt-4o)")
+    model_env: str | None = Field(
+        default=None, description="an environment variable that, when set, names the model"
+    )
+    base_url: str | None = Field(
+        default=None,
+        description="the API root: https://api.openai.com/v1, http://<host>:8000/v1 (vLLM)",
+    )
+    base_url_env: str | None = Field(
+        default=None, description="an environment variable that, when set, gives the API root"
+    )
+    api_key_env: str | None = Field(
+        default="OPENAI_API_KEY",
+        description="the environment variable holding the API key; null: a server without keys",
+    )
+    temperature: float = Field(default=0.4, ge=0, description="GTR Table 2: 0.4")
+    max_tokens: int = Field(default=600, ge=1, description="GTR Table 2: 600")
+    max_tool_rounds: int = Field(default=3, ge=0, description="solve24 calls per correction")
+    use_tools: bool = Field(default=True, description="offer solve24 in the formula games")
+    timeout: float = Field(default=120.0, gt=0, description="seconds per request attempt")
+    max_retries: int = Field(default=6, ge=0, description="retries of a failed request")
+    max_total_wait: float = Field(default=300.0, ge=0, description="backoff budget per request")
+
+    def _pick(self, name: str, environ: Mapping[str, str]) -> str | None:
+        variable = getattr(self, f"{name}_env")
+        value = environ.get(variable) if variable else None
+        return value or getattr(self, name)
+
+    def resolve(self, where: str, environ: Mapping[str, str]) -> dict[str, Any]:
+        """The corrector's keyword arguments; a missing setting is a CorrectorConfigError that
+        names it."""
+        from odyssey_core.policy.openai_backend import RetrySettings
+
+        def missing(name: str, what: str) -> CorrectorConfigError:
+            variable = getattr(self, f"{name}_env")
+            via = f" (or the environment variable {variable}, which is not set)" if variable else ""
+            return CorrectorConfigError(f"the openai corrector needs {where}.{name}{via}: {what}")
+
+        model = self._pick("model", environ)
+        if not model:
+            raise missing("model", "the served model's name (the paper's corrector is gpt-4o)")
+        base_url = self._pick("base_url", environ)
+        if not base_url:
+            raise missing(
+                "base_url",
+                "the OpenAI-compatible API root, e.g. https://api.openai.com/v1 or "
+                "http://<host>:8000/v1",
+            )
+        if self.api_key_env and not environ.get(self.api_key_env):
+            raise CorrectorConfigError(
+                f"the openai corrector reads its API key from the environment variable "
+                f"{self.api_key_env} ({where}.api_key_env), which is not set: export it, or "
+                f"set {where}.api_key_env: null for a server that needs no key"
+            )
+        return {
+            "model": model,
+            "base_url": base_url,
+            "api_key_env": self.api_key_env,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "max_tool_rounds": self.max_tool_rounds,
+            "use_tools": self.use_tools,
+            "timeout": self.timeout,
+            "retry": RetrySettings(
+                max_retries=self.max_retries, max_total_wait=self.max_total_wait
+            ),
+        }
+
+
+# A corrector's arguments are validated with its settings model when a preset is loaded;
+# one without an entry here takes its keyword arguments unchecked.
+CORRECTOR_SETTINGS: dict[str, type[StrictModel]] = {
+    "programmatic": NoArguments,
+    "alfworld": NoArguments,
+    "openai": OpenAICorrectorSettings,
+}
+
+
+def split_corrector_spec(
+    data: Any, key: str = "corrector", kwargs_key: str = "corrector_kwargs"
+) -> Any:
+    """A settings section with ``key: {name: ..., <arguments>}`` as ``key: name`` plus
+    ``kwargs_key: {<arguments>}`` (both spellings are accepted in presets)."""
+    if not isinstance(data, Mapping) or not isinstance(data.get(key), Mapping):
+        return data
+    spec = dict(data[key])
+    if "name" not in spec:
+        raise ValueError(f"{key} given as a mapping needs a 'name' (e.g. openai)")
+    if data.get(kwargs_key):
+        raise ValueError(f"give the corrector's arguments in {key} or in {kwargs_key}, not both")
+    name = spec.pop("name")
+    return {**data, key: name, kwargs_key: spec}
+
+
+def validate_corrector_kwargs(name: str, kwargs: Mapping[str, Any], where: str) -> None:
+    """The checks a preset load can make: a known name and well-formed arguments (settings
+    that come from the environment are checked by :func:`check_corrector`)."""
+    if name == NO_CORRECTOR:
+        if kwargs:
+            raise ValueError(f"{where}: {NO_CORRECTOR!r} takes no arguments")
+        return
+    if name not in CORRECTORS:
+        raise ValueError(
+            f"{where}: unknown corrector {name!r}; known: "
+            f"{', '.join([*CORRECTORS.names(), NO_CORRECTOR])}"
+        )
+    model = CORRECTOR_SETTINGS.get(name)
+    if model is not None:
+        try:
+            model.model_validate(dict(kwargs))
+        except ValidationError as err:
+            raise ValueError(f"{where} ({name}): {err}") from None
+
+
+def check_corrector(
+    name: str,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    where: str = "rollout.corrector",
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments the corrector will be built with; raises CorrectorConfigError
+    naming the first missing or wrong setting. Cheap (no client, no request): call it before
+    any work."""
+    environ = os.environ if environ is None else environ
+    kwargs = dict(kwargs or {})
+    if name == NO_CORRECTOR:
+        validate_corrector_kwargs(name, kwargs, where)
+        return {}
+    try:
+        validate_corrector_kwargs(name, kwargs, where)
+    except ValueError as err:
+        raise CorrectorConfigError(str(err)) from None
+    model = CORRECTOR_SETTINGS.get(name)
+    if model is None:
+        return kwargs
+    return model.model_validate(kwargs).resolve(where, environ)  # type: ignore[attr-defined]
+
+
+def build_corrector(
+    name: str,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    where: str = "rollout.corrector",
+    environ: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Corrector | None:
+    """The corrector a preset names (None for ``none``), its arguments resolved by
+    :func:`check_corrector`; ``extra`` goes to its constructor as is (a test's ``client``)."""
+    resolved = check_corrector(name, kwargs, where=where, environ=environ)
+    if name == NO_CORRECTOR:
+        return None
+    return CORRECTORS.get(name)(**resolved, **extra)
+
+
+def describe_corrector(
+    name: str,
+    kwargs: Mapping[str, Any] | None = None,
+    resolved: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What a report says about a corrector: its name, whether it is an oracle, its model
+    (the one ``resolved`` by :func:`check_corrector` when given, else as configured, naming
+    the variable it is read from) and one line of text."""
+    kwargs = dict(kwargs or {})
+    if name == NO_CORRECTOR:
+        return {"name": name, "oracle": False, "model": None, "label": "no corrector"}
+    oracle = bool(getattr(CORRECTORS.get(name), "oracle", False))
+    model = kwargs.get("model")
+    if kwargs.get("model_env"):
+        model = f"${kwargs['model_env']} or {model}" if model else f"${kwargs['model_env']}"
+    if resolved and resolved.get("model"):
+        model = str(resolved["model"])
+    if oracle:
+        label = (
+            f"`{name}`: an oracle (it reads the game's hidden state and solves it exactly; "
+            "not the paper's VLM corrector)"
+        )
+    else:
+        label = f"`{name}`" + (f" ({model})" if model else "") + ": a model, not an oracle"
+    return {"name": name, "oracle": oracle, "model": model, "label": label}
+
 
 def make_corrector(name: str = "programmatic", **kwargs: Any) -> Corrector:
-    """Build a registered corrector (``programmatic`` needs no arguments)."""
+    """Build a registered corrector from its constructor's arguments (``programmatic`` needs
+    none); presets go through :func:`build_corrector`."""
     return CORRECTORS.get(name)(**kwargs)

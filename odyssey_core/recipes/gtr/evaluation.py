@@ -172,12 +172,13 @@ def load_gtr_policy(
     image_scale: int | None = None,
     dtype: str = "float32",
     device: str = "cpu",
+    env_kwargs: dict[str, Any] | None = None,
 ) -> Any:
     """An :class:`HFPolicy` on a plain model folder, with the system prompt GTR trains that env
-    with (a card game's, or ALFWorld's)."""
+    with (a card game's, or ALFWorld's), for the env as ``env_kwargs`` configures it."""
     policy = HFPolicy(
         Path(model_dir),
-        system_prompt=gtr_system_prompt(env_name),
+        system_prompt=gtr_system_prompt(env_name, env_kwargs),
         image_size=image_size,
         image_scale=image_scale,
         dtype=dtype,

@@ -1,4 +1,4 @@
-"""The GTR training pipeline as plain functions: train -> evaluate -> register (+ promotion gate).
+"""The GTR training pipeline as plain functions: sft -> train -> evaluate -> register (+ gate).
 
 Each stage runs in the envelope of :func:`odyssey_core.stages.run_stage`, like the Odysseus
 pipeline's (:mod:`odyssey_core.recipes.odysseus.pipeline`): it works in ``<run_dir>/<stage>/``,
@@ -7,12 +7,23 @@ MLflow stage run, returns small dicts of URIs and numbers, and writes ``done.jso
 a fingerprint of the inputs) last, so a rerun with the same inputs returns the recorded
 outputs without redoing the work.
 
+* ``sft`` (GTR App. B: "all training starts from an SFT-initialized model"; ``sft.enabled``
+  switches it off): ``sft.episodes`` card episodes annotated by ``sft.corrector`` (the
+  programmatic solver by default, as the paper's labels come from a task solver;
+  :mod:`~odyssey_core.recipes.gtr.sft_data`), then one epoch of
+  :func:`odyssey_core.sft.trainer.run_sft` on the base model with GTR's system prompt.
+  Publishes the dataset and the fine-tuned model. :func:`stage_gtr_train` runs it first (its
+  own stage run and done marker), so the ``train-gtr`` flow gets it without a task of its own.
 * ``train``: :func:`~odyssey_core.recipes.gtr.train.build_trainer` with ``resume=True`` in a folder
   named after the settings' fingerprint (a retry continues its own run; changed settings start
-  a new one). Publishes the policy as a plain model folder (a LoRA adapter is merged first),
-  named after the fingerprint too, so a changed training never reuses a stale local copy.
+  a new one), from the SFT model when there is one. The corrector's settings are checked
+  before anything runs (a missing model, API root or key variable is named). Publishes the
+  policy as a plain model folder (a LoRA adapter is merged first), named after the
+  fingerprint too, so a changed training never reuses a stale local copy; the folder carries
+  ``gtr_training.json``: which corrector trained it, whether that is an oracle, the SFT stage.
 * ``evaluate``: ``eval.episodes`` episodes on the training env with fixed deal seeds: success
-  rate ± s.e., mean task return ± s.e., thought-collapse metrics; per-episode scores + report.
+  rate ± s.e., mean task return ± s.e., thought-collapse metrics; per-episode scores + report
+  (which says which corrector trained the model and whether it is an oracle).
 * ``register``: :func:`odyssey_core.stages.register_and_gate`: a new version of the registered
   model ``<prefix>-<game>`` (``game`` is e.g. ``gtr-points24``), gated on the per-episode
   ``promotion.metric`` against the champion re-evaluated on the same deals or, for the first
@@ -31,9 +42,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from odyssey_core.config import load_preset
+from odyssey_core.config import deep_merge, load_preset
 from odyssey_core.stages import (
     PipelineSection,
     RunConfig,
@@ -47,18 +58,86 @@ from odyssey_core.stages import (
 )
 
 __all__ = [
+    "GTR_SFT_DEFAULTS",
     "GTR_STAGES",
+    "PROVENANCE_FILE",
     "GTRPipelineConfig",
     "evaluate_gtr_model",
+    "gtr_sft_settings",
     "load_gtr_pipeline_config",
+    "read_provenance",
     "stage_gtr_evaluate",
     "stage_gtr_register",
+    "stage_gtr_sft",
     "stage_gtr_train",
 ]
 
-GTR_STAGES = ("train", "evaluate", "register")
+GTR_STAGES = ("sft", "train", "evaluate", "register")
+PROVENANCE_FILE = "gtr_training.json"  # in a trained model folder: how GTR trained it
+
+# The SFT stage's settings (odyssey_core.sft.settings.SFTSettings) under a pipeline's
+# ``sft.settings``. The paper gives one epoch (App. B) and nothing else; the rest is LLaVA's
+# LoRA fine-tuning recipe (lr 2e-4, cosine, 3% warm-up, 128 samples per step), our choice.
+GTR_SFT_DEFAULTS: dict[str, Any] = {
+    "epochs": 1,
+    "batch_size": 128,
+    "grad_accum_steps": 16,
+    "lr": 2e-4,
+    "lr_scheduler": "cosine",
+    "warmup_ratio": 0.03,
+    "eval_every": 0,
+    "checkpoint_every": 50,
+    "keep_checkpoints": 2,
+}
 # the evaluation numbers a registered version carries as ``metric.eval.<key>`` tags
 _SUMMARY_KEYS = ("episodes", "success_rate", "success_se", "mean_return", "return_se")
+
+
+class GTRSFTStage(PipelineSection):
+    """The SFT initialisation before GTR (App. B): corrector-annotated episodes, one epoch."""
+
+    enabled: bool = Field(default=True, description="false: RL starts from the base model")
+    episodes: int = Field(default=1000, ge=1, description="card episodes played for the data")
+    seed: int = Field(
+        default=2**30, ge=0, description="deal seeds seed, seed+1, ...: apart from eval's"
+    )
+    random_action_prob: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="share of steps that play a random legal action instead of the "
+        "corrector's (states off the solver's path, which RL visits)",
+    )
+    val_share: float = Field(default=0.05, ge=0, lt=1)
+    corrector: str = Field(
+        default="programmatic",
+        description="who annotates: the paper's SFT labels come from a task solver, i.e. the "
+        "programmatic oracle; `{name: openai, ...}` asks a VLM instead",
+    )
+    corrector_kwargs: dict[str, Any] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="SFTSettings fields over GTR_SFT_DEFAULTS (dtype, device and image size "
+        "come from the training preset's model section)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _corrector_mapping(cls, data: Any) -> Any:
+        from odyssey_core.recipes.gtr.corrector import split_corrector_spec
+
+        return split_corrector_spec(data)
+
+    @model_validator(mode="after")
+    def _check(self) -> GTRSFTStage:
+        from odyssey_core.recipes.gtr.corrector import NO_CORRECTOR, validate_corrector_kwargs
+        from odyssey_core.sft.settings import SFTSettings
+
+        if self.corrector == NO_CORRECTOR:
+            raise ValueError("sft.corrector: the SFT data needs a corrector to annotate it")
+        validate_corrector_kwargs(self.corrector, self.corrector_kwargs, "sft.corrector")
+        SFTSettings.model_validate(deep_merge(GTR_SFT_DEFAULTS, self.settings))
+        return self
 
 
 class GTRTrainStage(PipelineSection):
@@ -97,6 +176,7 @@ class GTRPipelineConfig(RunConfig):
     game: str = Field(default="gtr-numberline", description="registered model <prefix>-<game>")
     run_dir: Path = Path("out/gtr/tiny")
     experiment: str = "odyssey/train_gtr"
+    sft: GTRSFTStage = GTRSFTStage()
     train: GTRTrainStage = GTRTrainStage()
     eval: GTREvalStage = GTREvalStage()
     promotion: GTRPromotionStage = GTRPromotionStage()
@@ -129,25 +209,190 @@ def _local_model(cfg: GTRPipelineConfig, ref: str, work: Path) -> Path:
     return fetch(cfg, ref, work / f"model-{_short(ref)}")
 
 
+# -- provenance -----------------------------------------------------------------------------------
+
+
+def _corrector_of(settings: Any) -> dict[str, Any]:
+    from odyssey_core.recipes.gtr.corrector import describe_corrector
+
+    r = settings.rollout
+    return describe_corrector(r.corrector, r.corrector_kwargs)
+
+
+def _annotator(cfg: GTRPipelineConfig) -> dict[str, Any]:
+    from odyssey_core.recipes.gtr.corrector import describe_corrector
+
+    return describe_corrector(cfg.sft.corrector, cfg.sft.corrector_kwargs)
+
+
+def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
+    """How GTR trained the model in ``model_dir`` (its ``gtr_training.json``), or None (e.g.
+    the base model)."""
+    path = Path(model_dir) / PROVENANCE_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
+    if provenance is None:
+        return ["Training: not a GTR-trained model (e.g. the base model before SFT and RL)."]
+    corrector = provenance["corrector"]
+    lines = [f"Trained by GTR (`{provenance.get('preset')}`) with corrector {corrector['label']}."]
+    if corrector.get("oracle"):
+        lines.append(
+            "**Oracle corrector**: its corrections are exact, which the paper's VLM corrector's "
+            "are not; read these numbers as an upper bound for GTR with a real corrector."
+        )
+    sft = provenance.get("sft")
+    if sft:
+        lines.append(
+            f"SFT-initialised: {sft['epochs']} epoch(s) on {sft['samples']} steps of "
+            f"{sft['episodes']} card episodes annotated by {sft['corrector']['label']}."
+        )
+    else:
+        lines.append("Not SFT-initialised: RL started from the base model.")
+    return lines
+
+
+# -- sft ----------------------------------------------------------------------------------------
+
+
+def gtr_sft_settings(cfg: GTRPipelineConfig, settings: Any | None = None) -> Any:
+    """The SFT stage's SFTSettings: GTR_SFT_DEFAULTS, then the training preset's model
+    (dtype, device, frame size: the policy RL trains), then ``sft.settings``."""
+    from odyssey_core.sft.settings import SFTSettings
+
+    m = (settings or _train_settings(cfg)).model
+    from_model: dict[str, Any] = {
+        "model_dtype": m.dtype if m.dtype in ("float32", "bfloat16") else "float32",
+        "device": m.device,
+        "attn_implementation": m.attn_implementation,
+        "image_scale": m.image_scale,
+        "image_size": m.image_size,
+    }
+    return SFTSettings.model_validate(
+        deep_merge(deep_merge(GTR_SFT_DEFAULTS, from_model), cfg.sft.settings)
+    )
+
+
+def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """Annotate card episodes with ``sft.corrector`` and fine-tune the base model on them;
+    returns ``model_uri`` (the SFT model), ``base_model_uri``, ``dataset_uri`` and counts."""
+    from odyssey_core.recipes.gtr.corrector import build_corrector, check_corrector
+    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+    from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes, sft_game
+    from odyssey_core.rl.policy import resolve_base_model
+    from odyssey_core.sft.trainer import run_sft
+
+    settings = _train_settings(cfg)
+    sft_settings = gtr_sft_settings(cfg, settings)
+    r, sft = settings.rollout, cfg.sft
+    resolved = check_corrector(sft.corrector, sft.corrector_kwargs, where="sft.corrector")
+    annotator = _annotator(cfg)
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset_dir = ctx.work / f"dataset-{ctx.tag}"
+        if not (dataset_dir / "manifest.json").is_file():  # a retry reuses a finished dataset
+            shutil.rmtree(dataset_dir, ignore_errors=True)
+            corrector = build_corrector(sft.corrector, sft.corrector_kwargs, where="sft.corrector")
+            assert corrector is not None
+            collect_corrector_episodes(
+                r.env,
+                r.env_kwargs,
+                corrector,
+                dataset_dir,
+                episodes=sft.episodes,
+                seed=sft.seed,
+                random_action_prob=sft.random_action_prob,
+                val_share=sft.val_share,
+                teacher=annotator["name"],
+            )
+            ctx.run.log_metrics(
+                numeric({f"corrector/{k}": v for k, v in corrector.metrics().items()})
+            )
+        manifest = json.loads((dataset_dir / "manifest.json").read_text())
+        base = resolve_base_model(settings.model, ctx.work)  # the tiny model when path is null
+
+        def on_metrics(metrics: dict[str, Any]) -> None:
+            step = metrics.get("step")
+            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
+
+        result = run_sft(
+            sft_settings,
+            dataset_dir,
+            base,
+            ctx.training_dir(),
+            resume=True,
+            callbacks=[on_metrics],
+            system_prompts={sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)},
+        )
+        samples = int(manifest["num_samples"])
+        ctx.run.log_metrics({"samples": float(samples), "sft_steps": float(result.steps)})
+        model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
+        dataset_uri = ctx.publish_dir(dataset_dir, f"dataset-{ctx.tag}", ref="dataset")
+        if settings.model.path is None:  # the tiny model built here: publish it
+            base_uri = ctx.publish_dir(base, f"base-model-{ctx.tag}")
+        else:
+            base_uri = str(Path(settings.model.path).resolve())
+        ctx.keep(result.final_dir, dataset_dir)
+        return {
+            "model_uri": model_uri,
+            "base_model_uri": base_uri,
+            "dataset_uri": dataset_uri,
+            "samples": samples,
+            "steps": result.steps,
+            "corrector": annotator["name"],
+            "corrector_oracle": annotator["oracle"],
+        }
+
+    return run_stage(
+        cfg,
+        Stage("sft", label="gtr-sft"),
+        body,
+        config=[
+            sft.model_dump(mode="json"),
+            sft_settings.model_dump(mode="json"),
+            settings.model.model_dump(mode="json"),
+            r.env,
+            r.env_kwargs,
+            {k: resolved[k] for k in ("model", "base_url") if k in resolved},
+        ],
+        params=sft_settings,
+        parent_run_id=parent_run_id,
+    )
+
+
 # -- train --------------------------------------------------------------------------------------
 
 
 def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
-    """GTR training with resume; returns ``checkpoint_uri`` (a plain model folder) and
-    ``base_model`` (a store URI for the built tiny model, else the configured local path)."""
+    """GTR training with resume, after the SFT stage when ``sft.enabled``; returns
+    ``checkpoint_uri`` (a plain model folder), ``base_model`` (the model before SFT and RL: a
+    store URI for the built tiny model, else the configured local path) and ``sft_model``."""
     from odyssey_core.models.lora import merge_and_save
+    from odyssey_core.recipes.gtr.corrector import check_corrector, describe_corrector
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
     from odyssey_core.recipes.gtr.train import build_trainer
     from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
 
     settings = _train_settings(cfg)
+    r = settings.rollout
+    # the settings the run reads from the environment, checked before any work (SFT included)
+    resolved = check_corrector(r.corrector, r.corrector_kwargs, where="rollout.corrector")
+    sft = stage_gtr_sft(cfg, parent_run_id=parent_run_id) if cfg.sft.enabled else None
+    corrector = describe_corrector(r.corrector, r.corrector_kwargs, resolved)  # the model used
 
     def body(ctx: StageContext) -> dict[str, Any]:
         train_dir = ctx.work / f"run-{ctx.tag}"
+        run_settings = settings
+        if sft is not None:  # RL starts from the SFT model
+            sft_model = ctx.fetch("sft_model", ctx.work / f"sft-model-{ctx.tag}")
+            overrides = deep_merge(cfg.train.overrides, {"model": {"path": str(sft_model)}})
+            run_settings = load_gtr_settings(cfg.train.preset, overrides)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
             ctx.run.log_metrics(numeric(metrics), step=step)
 
-        trainer = build_trainer(settings, train_dir, resume=True, callbacks=[on_step])
+        trainer = build_trainer(run_settings, train_dir, resume=True, callbacks=[on_step])
         try:
             trainer.train()
             steps = trainer.step
@@ -163,8 +408,26 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
                 )
         finally:
             trainer.close()
+        provenance = {
+            "recipe": "gtr",
+            "preset": str(cfg.train.preset),
+            "env": r.env,
+            "steps": steps,
+            "corrector": corrector,
+            "sft": None
+            if sft is None
+            else {
+                "corrector": _annotator(cfg),
+                "samples": sft["samples"],
+                "episodes": cfg.sft.episodes,
+                "epochs": gtr_sft_settings(cfg, settings).epochs,
+            },
+        }
+        (model_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
         uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}")
-        if settings.model.path is None:  # the tiny model built for this run: publish it
+        if sft is not None:
+            base = sft["base_model_uri"]
+        elif settings.model.path is None:  # the tiny model built for this run: publish it
             base = ctx.publish_dir(train_dir / "base-model", f"base-model-{ctx.tag}")
         else:
             base = str(Path(settings.model.path).resolve())
@@ -174,15 +437,25 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
         return {
             "checkpoint_uri": uri,
             "base_model": base,
+            "sft_model": None if sft is None else sft["model_uri"],
             "steps": steps,
             "checkpoint": checkpoint.name,
+            "corrector": corrector["name"],
+            "corrector_oracle": corrector["oracle"],
         }
 
+    # the SFT model's publication is an input: a retrained SFT model (same URI) trains again
     return run_stage(
         cfg,
         Stage("train", label="gtr-train"),
         body,
-        config=[settings.model_dump(mode="json")],
+        # what the corrector resolved to from the environment (its model and server, never a
+        # key) is an input too: another model behind the same preset trains anew
+        config=[
+            settings.model_dump(mode="json"),
+            {k: resolved[k] for k in ("model", "base_url") if k in resolved},
+        ],
+        inputs=None if sft is None else {"sft_model": sft["model_uri"]},
         params=settings,
         parent_run_id=parent_run_id,
     )
@@ -208,12 +481,19 @@ def _eval_inputs(cfg: GTRPipelineConfig) -> dict[str, Any]:
     }
 
 
-def _report_markdown(label: str, summary: Mapping[str, float], warnings: list[str]) -> str:
+def _report_markdown(
+    label: str,
+    summary: Mapping[str, float],
+    warnings: list[str],
+    provenance: Mapping[str, Any] | None = None,
+) -> str:
     def pm(mean: float, se: float) -> str:
         return f"{mean:.3f} ± {se:.3f}" if math.isfinite(se) else f"{mean:.3f}"
 
     lines = [
         f"### GTR evaluation: {label}",
+        "",
+        *_provenance_lines(provenance),
         "",
         "| episodes | success rate ± s.e. | mean return ± s.e. | mean length | invalid rate |",
         "|---|---|---|---|---|",
@@ -251,7 +531,9 @@ def evaluate_gtr_model(
         image_scale=m.image_scale,
         dtype=m.dtype,
         device=m.device,
+        env_kwargs=inputs["env_kwargs"],
     )
+    provenance = read_provenance(model)
     evaluation = evaluate_gtr_policy(
         policy,
         inputs["env"],
@@ -262,17 +544,21 @@ def evaluate_gtr_model(
         n_envs=cfg.eval.n_envs,
     )
     summary = evaluation.summary()
+    trained_with = None if provenance is None else provenance["corrector"]
     scores = {
         "label": label,
         "model": model_ref,
+        "corrector": None if trained_with is None else trained_with["name"],
+        "corrector_oracle": None if trained_with is None else trained_with["oracle"],
         "seeds": evaluation.seeds,
         "returns": evaluation.returns,
         "successes": [float(s) for s in evaluation.successes],
     }
     (out_dir / "scores.json").write_text(json.dumps(scores))
     report = out_dir / "report.md"
-    report.write_text(_report_markdown(label, summary, evaluation.collapse.warnings()))
+    report.write_text(_report_markdown(label, summary, evaluation.collapse.warnings(), provenance))
     return {
+        "provenance": provenance,
         "summary": summary,
         "scores": scores,
         "scores_path": str(out_dir / "scores.json"),
@@ -297,11 +583,14 @@ def stage_gtr_evaluate(
         scores_uri = ctx.publish_file(evaluated["scores_path"], "scores.json")
         report_uri = ctx.publish_file(evaluated["report_markdown"], "report.md")
         ctx.keep(evaluated["scores_path"])
+        trained_with = (evaluated["provenance"] or {}).get("corrector") or {}
         return {
             "scores_uri": scores_uri,
             "report_uri": report_uri,
             "scores_path": evaluated["scores_path"],
             "report_markdown": evaluated["report_markdown"],
+            "corrector": trained_with.get("name"),  # which corrector trained the model
+            "corrector_oracle": trained_with.get("oracle"),
             # success_rate, success_se, mean_return, return_se, collapse/...; NaN (e.g. the
             # agreement of a batch with no valid answer) becomes None: strict JSON, and equal to
             # itself when a cached result is compared
@@ -338,6 +627,7 @@ def stage_gtr_register(
     per-episode ``promotion.metric`` against the champion (re-evaluated now, same deals) or,
     for the first model, the base model. Returns the version, the decision and its reason."""
     metric = cfg.promotion.metric
+    corrector = _corrector_of(_train_settings(cfg))
 
     def evaluate_reference(model_ref: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
         evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
@@ -368,6 +658,9 @@ def stage_gtr_register(
                 "odyssey.pipeline_run": cfg.run_key,
                 "odyssey.recipe": "gtr",
                 "odyssey.eval_seed": str(cfg.eval.seed),
+                "odyssey.corrector": corrector["name"],
+                "odyssey.corrector_oracle": str(corrector["oracle"]).lower(),
+                "odyssey.sft_init": str(cfg.sft.enabled).lower(),
             },
         )
         gate, label = outcome.gate, outcome.reference

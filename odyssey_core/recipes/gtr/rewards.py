@@ -20,7 +20,7 @@ from pydantic import Field
 
 from odyssey_core.config import StrictModel
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response
-from odyssey_core.recipes.gtr.corrector import Correction, Corrector
+from odyssey_core.recipes.gtr.corrector import Correction, Corrector, EpisodeMemory
 
 __all__ = ["EpisodeGuard", "GTRRewardConfig", "GTRWrapper", "format_reward"]
 
@@ -87,7 +87,8 @@ class GTRWrapper(gymnasium.Wrapper):
     Each step: parse the answer, correct its thought against the frame and info the agent
     saw (before the step, as in GTR's Algorithm 1), step the env, add the format reward and
     truncate if the guard says so. ``info["gtr"]`` holds the correction, the format reward and
-    the truncation reason.
+    the truncation reason. The corrector gets this episode's :class:`EpisodeMemory` (a new
+    one at every reset), so the target formula it settles on carries across the steps.
     """
 
     def __init__(
@@ -104,10 +105,12 @@ class GTRWrapper(gymnasium.Wrapper):
             truncate_unsolvable=self.config.truncate_unsolvable,
         )
         self._last: tuple[Any, dict[str, Any]] | None = None
+        self.memory = EpisodeMemory()
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         observation, info = self.env.reset(**kwargs)
         self.guard.reset()
+        self.memory = EpisodeMemory()
         self._last = (observation, info)
         return observation, info
 
@@ -122,7 +125,7 @@ class GTRWrapper(gymnasium.Wrapper):
         correction = None
         if self.corrector is not None and parsed is not None:
             correction = self.corrector.correct(
-                before_obs, parsed.thought, parsed.action, before_info
+                before_obs, parsed.thought, parsed.action, before_info, self.memory
             )
         state_key = before_info.get("state_key")
         observation, reward, terminated, truncated, info = self.env.step(

@@ -15,6 +15,11 @@ from pydantic import Field, model_validator
 from odyssey_core.config import StrictModel, load_preset
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipes.gtr.corrector import (
+    NO_CORRECTOR,
+    split_corrector_spec,
+    validate_corrector_kwargs,
+)
 from odyssey_core.recipes.gtr.rewards import GTRRewardConfig
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
 
@@ -42,8 +47,29 @@ class GTRRolloutSettings(StrictModel):
         description="Table 2: temperature 0.2, max text length 256, repetition penalty 1.2",
     )
     score_micro_batch: int = Field(default=4, ge=1, description="turns per scoring forward")
-    corrector: str = Field(default="programmatic", description="a name in CORRECTORS")
+    corrector: str = Field(
+        default="openai",
+        description="a name in CORRECTORS, or 'none'. A preset may write "
+        "`corrector: {name: openai, model: gpt-4o, ...}`: the name here, the rest in "
+        "corrector_kwargs. The paper's corrector is openai (GPT-4o with the solve24 tool); "
+        "programmatic is an oracle that reads the game's hidden state",
+    )
+    corrector_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the corrector's arguments (openai: OpenAICorrectorSettings: model, "
+        "base_url, *_env variables, temperature 0.4, max_tokens 600, ...)",
+    )
     rewards: GTRRewardConfig = GTRRewardConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _corrector_mapping(cls, data: Any) -> Any:
+        return split_corrector_spec(data)
+
+    @model_validator(mode="after")
+    def _known_corrector(self) -> GTRRolloutSettings:
+        validate_corrector_kwargs(self.corrector, self.corrector_kwargs, "rollout.corrector")
+        return self
 
 
 class GTRPPOSettings(StrictModel):
@@ -98,10 +124,11 @@ class GTRValueSettings(StrictModel):
     """Where V(o_t) comes from: the CNN critic on the frame, or a head on the VLM."""
 
     source: Literal["cnn", "vlm_head"] = Field(
-        default="cnn",
-        description="cnn: odyssey_core.rl.critic on its own optimiser (the ``critic`` section); "
-        "vlm_head: an MLP on the policy's final hidden state at the last prompt token, trained "
-        "with ppo.value_coef * value loss in the PPO backward pass",
+        default="vlm_head",
+        description="vlm_head (the paper's, after RL4VLM): an MLP on the policy's final hidden "
+        "state at the last prompt token, trained with ppo.value_coef (0.5) * value loss in the "
+        "PPO backward pass; cnn: odyssey_core.rl.critic on its own optimiser (the ``critic`` "
+        "section)",
     )
     head_hidden_dims: list[int] = Field(
         default_factory=lambda: [1024, 512],
@@ -131,8 +158,11 @@ class GTRSettings(StrictModel):
     checkpoint_every: int = Field(default=10, ge=1)
     model: ModelSettings = ModelSettings()
     lora: LoraSettings | None = Field(
-        default=LoraSettings(r=128, alpha=256, dropout=0.05, include_vision=True),
-        description="Table 2: r 128, alpha 256, dropout 0.05, vision tower included; null: full",
+        default=LoraSettings(
+            r=128, alpha=256, dropout=0.05, include_vision=True, include_projector=True
+        ),
+        description="Table 2: r 128, alpha 256, dropout 0.05; App. B: the whole VLM (vision "
+        "encoder, LLM and the projector between them); null: full fine-tuning",
     )
     rollout: GTRRolloutSettings = GTRRolloutSettings()
     ppo: GTRPPOSettings = GTRPPOSettings()
@@ -150,6 +180,17 @@ class GTRSettings(StrictModel):
         if self.value.source == "vlm_head" and not self.ppo.enabled:
             # the head learns only inside the PPO loss; without it, its values mean nothing
             raise ValueError("value.source vlm_head needs ppo.enabled (the head trains in PPO)")
+        if self.value.source == "vlm_head" and self.deepspeed is not None:
+            # the engine's DeepSpeed updater steps the policy model only (odyssey_core.rl.updater)
+            raise ValueError(
+                "value.source vlm_head with deepspeed: the DeepSpeed updater does not carry the "
+                "value head yet; set deepspeed: null (the paper's single-GPU LoRA run) or "
+                "value.source: cnn"
+            )
+        if self.rollout.corrector == NO_CORRECTOR and self.sft.coef > 0:
+            raise ValueError(
+                "rollout.corrector none leaves thought cloning nothing to clone: set sft.coef 0"
+            )
         return self
 
 

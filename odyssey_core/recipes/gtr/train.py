@@ -10,8 +10,9 @@ It configures the engine and plugs hooks into it; the loop itself is
   hopeless or looping episodes are truncated;
 - budget: ``turns_per_step`` turns over ``n_envs`` envs (auto-reset); the episodes still
   running at the end of the step are truncated and bootstrapped;
-- value function: the CNN critic on the frames, or the value head on the VLM's last prompt
-  token (``value.source``), whose loss joins the PPO backward weighted by ``ppo.value_coef``;
+- value function: the value head on the VLM's last prompt token (the paper's default), whose
+  loss joins the PPO backward weighted by ``ppo.value_coef`` (0.5), or the CNN critic on the
+  frames (``value.source: cnn``);
 - estimator: GAE(gamma, lambda), advantages standardised over the batch;
 - objective: turn-level PPO (eq. 2) on log pi(a_t) = lambda * sum log pi(thought) + sum log
   pi(action), with the exact-entropy bonus of Table 2;
@@ -35,7 +36,7 @@ from odyssey_core.envs.registry import make_env
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.protocol.gtr_format import format_gtr_response
-from odyssey_core.recipes.gtr.corrector import Correction, Corrector, make_corrector
+from odyssey_core.recipes.gtr.corrector import Correction, Corrector, build_corrector
 from odyssey_core.recipes.gtr.dagger import DaggerBuffer, DaggerExample
 from odyssey_core.recipes.gtr.evaluation import gtr_collapse_metrics
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
@@ -166,12 +167,14 @@ class ThoughtCloning(TrainerHook):
 
     def on_batch(self, trainer: Trainer, batch: TurnBatch) -> dict[str, float]:
         added = 0
-        verdicts = []
+        verdicts, kept = [], []
         for frame, prompt, extras in zip(batch.frames, batch.prompt_ids, batch.extras, strict=True):
             data = extras.get("correction")
             correction = None if data is None else Correction(**data)
             if correction is not None and correction.valid:
                 verdicts.append(correction.agrees)
+                kept.append(correction.thought_kept)
+            # a thought judged correct is cloned as the agent wrote it (thought_kept)
             added += self.buffer.add(
                 frame, prompt.tolist(), correction, str(extras.get("played")), trainer.step
             )
@@ -179,6 +182,7 @@ class ThoughtCloning(TrainerHook):
             "dagger/added": float(added),
             **self.buffer.metrics(),
             "corrector/agree_frac": float(np.mean(verdicts)) if verdicts else float("nan"),
+            "corrector/kept_frac": float(np.mean(kept)) if kept else float("nan"),
         }
 
     def extra_losses(self, trainer: Trainer) -> list[ExtraLoss]:
@@ -244,7 +248,7 @@ def gtr_info_extras(before: dict[str, Any], info: dict[str, Any]) -> dict[str, A
 
 
 def make_gtr_env(
-    name: str, kwargs: dict[str, Any], corrector: Corrector, rewards: GTRRewardConfig
+    name: str, kwargs: dict[str, Any], corrector: Corrector | None, rewards: GTRRewardConfig
 ) -> GTRWrapper:
     return GTRWrapper(make_env(name, **kwargs), corrector, rewards)
 
@@ -292,16 +296,18 @@ def build_trainer(
 ) -> Trainer:
     """Everything of one GTR run (``model.path: null`` builds the tiny model); with ``resume``,
     continue from the latest complete checkpoint under ``out_dir``. ``policy`` replaces the
-    one built from ``settings.model`` (tests)."""
+    one built from ``settings.model`` (tests), ``corrector`` the one ``rollout.corrector``
+    names. The corrector is resolved first: a missing setting (a model, an API root, an unset
+    key variable) fails here, naming it, before any model is built or any env runs."""
     s, r = settings, settings.rollout
+    if corrector is None:
+        corrector = build_corrector(r.corrector, r.corrector_kwargs, where="rollout.corrector")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(out) if resume else None
     if policy is None:
-        policy = build_policy(
-            s.model, s.lora, out, checkpoint, system_prompt=gtr_system_prompt(r.env)
-        )
-    corrector = corrector or make_corrector(r.corrector)
+        prompt = gtr_system_prompt(r.env, r.env_kwargs)
+        policy = build_policy(s.model, s.lora, out, checkpoint, system_prompt=prompt)
     factory = functools.partial(make_gtr_env, r.env, r.env_kwargs, corrector, r.rewards)
     collector = Collector(
         SyncVectorEnv([factory] * r.n_envs),

@@ -1,4 +1,5 @@
-"""GTR correctors (programmatic and OpenAI-compatible against a stub server) and rewards."""
+"""GTR correctors (programmatic and OpenAI-compatible against a stub server), their preset
+settings, and rewards."""
 
 from __future__ import annotations
 
@@ -17,15 +18,23 @@ from odyssey_core.envs.cards import (
     Points24Env,
 )
 from odyssey_core.policy.openai_backend import RetrySettings
-from odyssey_core.protocol.gtr_format import parse_gtr_response
+from odyssey_core.protocol.gtr_format import format_gtr_response, parse_gtr_response
 from odyssey_core.recipes.gtr.corrector import (
     CORRECTORS,
     Correction,
+    CorrectorConfigError,
+    EpisodeMemory,
     OpenAICorrector,
+    build_corrector,
+    check_corrector,
+    claimed_formula,
+    corrector_system_prompt,
+    describe_corrector,
     make_corrector,
     parse_correction_json,
     solve24_tool,
 )
+from odyssey_core.recipes.gtr.dagger import DaggerBuffer
 from odyssey_core.recipes.gtr.rewards import (
     EpisodeGuard,
     GTRRewardConfig,
@@ -71,11 +80,15 @@ def test_programmatic_points24() -> None:
     assert dead.solvable is False and not dead.agrees and dead.action is None
     _, obs, info = points24(["AS", "AH", "AD", "AC"])
     assert corrector.correct(obs, "", "1", info).solvable is False
-    # a complete formula: the next step is "="
+    # a complete formula: the next step is "="; a thought that does not say which cards it
+    # read is not a correct one (App. C's question 2 has no answer)
     _, obs, info = points24(typed="10 + 3 * 4 + 2")
-    done = corrector.correct(obs, '"formula": "10+3*4+2"', "=", info)
-    assert done.agrees and done.action == "="
-    assert corrector.metrics()["corrections"] == 5
+    done = corrector.correct(obs, '"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2"', "=", info)
+    assert done.agrees and done.action == "=" and done.thought_kept
+    unread = corrector.correct(obs, '"formula": "10+3*4+2"', "=", info)
+    assert not unread.agrees and unread.details["cards_ok"] is None
+    assert unread.action == "=" and '"cards": ["Q", "3", "4", "2"]' in unread.corrected_thought
+    assert corrector.metrics()["corrections"] == 6
 
 
 def test_programmatic_other_games() -> None:
@@ -197,7 +210,9 @@ def test_openai_tool_call_then_json(stub: StubAPI) -> None:
     assert first["tools"][0]["function"]["name"] == "solve24"
     user = first["messages"][1]["content"]
     assert user[0]["image_url"]["url"].startswith("data:image/png;base64,")
-    assert "Current formula: '10+'" in user[1]["text"] and "I will multiply" in user[1]["text"]
+    text = user[1]["text"]
+    assert "[Current Formula] '10+'" in text and "[Thought] I will multiply" in text
+    assert "[Target Formula] NOT DETERMINED" in text  # no memory: every step on its own
     tool_reply = second["messages"][-1]
     assert tool_reply["role"] == "tool" and tool_reply["tool_call_id"] == "call_1"
     assert "10+2+3*4" in json.loads(tool_reply["content"])["formulas"]
@@ -255,7 +270,8 @@ def test_wrapper_truncates_and_rewards_format() -> None:
     config = GTRRewardConfig(format_reward=0.5, max_repeats=2)
     env = GTRWrapper(Points24Env(), make_corrector("programmatic"), config)
     env.reset(seed=0, options={"cards": CARDS})
-    _, reward, _, truncated, info = env.step('"formula": "10+3*4+2", "action": "10"')
+    right = '"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "action": "10"'
+    _, reward, _, truncated, info = env.step(right)
     assert reward == 0.5 and not truncated and info["gtr"]["correction"].agrees
     # an illegal number twice: same state, same action -> looping
     env.step('"action": "5"')
@@ -270,3 +286,234 @@ def test_wrapper_truncates_and_rewards_format() -> None:
     env.reset(seed=0, options={"cards": CARDS})
     _, _, _, _, info = env.step("???")
     assert info["gtr"]["format_reward"] == 0.0 and info["invalid_action"]
+
+
+# ------------------------------------------------------------------ a correct thought is kept
+def test_a_thought_judged_correct_is_kept_not_rewritten() -> None:
+    """App. C: "correction: None if the thought is correct": the agent's own thought (and its
+    action) is what thought cloning then clones."""
+    corrector = make_corrector("programmatic")
+    _, obs, info = points24(typed="10 +")
+    own = '"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "thoughts": "now the 3"'
+    kept = corrector.correct(obs, own, "3", info)
+    assert kept.agrees and kept.valid and kept.thought_kept
+    assert kept.corrected_thought == own and kept.action == "3"
+    assert kept.as_response() == format_gtr_response(own, "3")
+    wrong = corrector.correct(obs, own.replace("now the 3", "times"), "*", info)
+    assert not wrong.thought_kept and wrong.corrected_thought != own
+    buffer = DaggerBuffer()
+    buffer.add(obs.image, [1], kept, "3", batch=0)
+    assert buffer.examples[0].thought == own
+    assert corrector.metrics()["kept"] == 1
+    # the other games too: a right reading and a sound move keep the thought
+    env = NumberlineEnv()
+    obs, info = env.reset(seed=0, options={"target": 4, "current": 1})
+    said = '"target": 4, "current": 1, "thoughts": "up"'
+    assert corrector.correct(obs, said, "+", info).corrected_thought == said
+
+
+def test_the_programmatic_corrector_keeps_its_target_formula_through_an_episode() -> None:
+    corrector = make_corrector("programmatic")
+    env, obs, info = points24()
+    memory = EpisodeMemory()
+    targets = []
+    for _ in range(12):
+        correction = corrector.correct(obs, "", None, info, memory)
+        targets.append(memory.target_formula)
+        obs, reward, terminated, _, info = env.step(correction.action)
+        if terminated:
+            break
+    assert terminated and reward == 10.0
+    assert len(set(targets)) == 1 and targets[0] is not None  # one plan, start to finish
+
+
+def test_wrapper_gives_each_episode_a_fresh_memory() -> None:
+    env = GTRWrapper(Points24Env(), make_corrector("programmatic"))
+    env.reset(seed=0, options={"cards": CARDS})
+    env.step('"action": "10"')
+    assert env.memory.target_formula and env.memory.steps == 1
+    env.reset(seed=0, options={"cards": CARDS})
+    assert env.memory.target_formula is None and env.memory.steps == 0
+
+
+def _paper_reply(**fields: Any) -> dict[str, Any]:
+    """An answer in App. C's format."""
+    return {"content": json.dumps({"answer1": "Q, 3, 4, 2", **fields})}
+
+
+def test_openai_correct_thought_returns_no_correction(stub: StubAPI) -> None:
+    stub.script.append(
+        _paper_reply(
+            evaluation="YES", possible_solution=None, target_formula="10+3*4+2", correction=None
+        )
+    )
+    corrector = _openai(stub)
+    _, obs, info = points24(typed="10 +")
+    own = '"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "thoughts": "the 3"'
+    result = corrector.correct(obs, own, "3", info)
+    assert result.valid and result.agrees and result.thought_kept
+    assert result.corrected_thought == own and result.action == "3"
+    assert result.target_formula == "10+3*4+2" and result.solvable is None
+    metrics = corrector.metrics()
+    assert metrics["kept"] == 1 and metrics["malformed"] == 0
+
+
+def test_openai_wrong_thought_without_a_correction_is_malformed(stub: StubAPI) -> None:
+    stub.script.extend([_paper_reply(evaluation="NO", correction=None)] * 2)
+    corrector = _openai(stub)
+    _, obs, info = points24()
+    result = corrector.correct(obs, '"cards": ["K"]', "5", info)
+    assert not result.valid and corrector.metrics()["malformed"] == 2
+
+
+def test_openai_json_object_correction_becomes_an_agent_thought(stub: StubAPI) -> None:
+    fix = {"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "thoughts": "start with 10"}
+    stub.script.append(
+        _paper_reply(
+            evaluation="NO",
+            possible_solution=True,
+            target_formula="10+3*4+2 = 24",
+            correction=fix,
+            action="10",
+        )
+    )
+    corrector = _openai(stub)
+    _, obs, info = points24()
+    result = corrector.correct(obs, "dunno", "*", info)
+    assert result.valid and not result.agrees and not result.thought_kept
+    assert result.corrected_thought == json.dumps(fix)[1:-1] and result.action == "10"
+    assert result.target_formula == "10+3*4+2" and result.solvable is True
+    assert "answer1" in result.details["raw"] and result.evaluation.startswith("Q, 3, 4, 2")
+    parsed = parse_gtr_response(result.as_response(), info["legal_actions"])
+    assert parsed.action == "10" and claimed_formula(parsed.thought) == "10+3*4+2"
+
+
+def test_openai_corrector_keeps_the_target_formula_across_an_episode(stub: StubAPI) -> None:
+    """The target formula the first step settles on is the second step's [Target Formula];
+    a new episode, or a formula typed off it, starts NOT DETERMINED again."""
+    fix = {"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "thoughts": "start with 10"}
+    stub.script.extend(
+        [
+            _paper_reply(evaluation="NO", target_formula="10+3*4+2", correction=fix, action="10"),
+            _paper_reply(evaluation="YES", target_formula="10+3*4+2", correction=None),
+            _paper_reply(evaluation="NO", target_formula="10+3*4+2", correction=fix, action="10"),
+            _paper_reply(evaluation="NO", target_formula=None, correction=fix, action="3"),
+        ]
+    )
+    env = GTRWrapper(Points24Env(), _openai(stub))
+    env.reset(seed=0, options={"cards": CARDS})
+    env.step('"thoughts": "hmm", "action": "10"')
+    env.step('"cards": ["Q", "3", "4", "2"], "formula": "10+3*4+2", "action": "+"')
+    texts = [body["messages"][1]["content"][1]["text"] for body in stub.bodies]
+    assert "[Target Formula] NOT DETERMINED" in texts[0]
+    assert "[Target Formula] 10+3*4+2" in texts[1] and "[Current Formula] '10'" in texts[1]
+    assert env.memory.target_formula == "10+3*4+2"
+    env.reset(seed=0, options={"cards": CARDS})
+    env.step('"action": "2"')  # "2" is not how 10+3*4+2 starts: the target no longer holds
+    env.step('"action": "+"')
+    texts = [body["messages"][1]["content"][1]["text"] for body in stub.bodies]
+    assert "[Target Formula] NOT DETERMINED" in texts[2]
+    assert "[Target Formula] NOT DETERMINED" in texts[3] and "[Current Formula] '2'" in texts[3]
+
+
+def test_corrector_system_prompt_lists_the_env_actions() -> None:
+    for env in (Points24Env(), EZPointsEnv(), EZPointsEnv(operators=("+", "*"))):
+        _, info = env.reset(seed=0)
+        prompt = corrector_system_prompt(info)
+        listed = prompt[prompt.index("[") + 1 : prompt.index("]")]
+        assert [a.strip().strip("'") for a in listed.split(",")] == env.legal_actions
+        assert f"evaluates to {env.target}" in prompt
+
+
+# ------------------------------------------------------------------ a corrector from a preset
+def test_preset_configures_the_openai_corrector(stub: StubAPI, monkeypatch) -> None:
+    """rollout.corrector as a mapping: the name and its arguments reach the requests."""
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
+
+    monkeypatch.setenv("TEST_CORRECTOR_URL", stub.base_url)
+    spec = {
+        "name": "openai",
+        "model": "stub-vlm",
+        "base_url": "http://127.0.0.1:9/unused",
+        "base_url_env": "TEST_CORRECTOR_URL",  # set: wins over base_url
+        "api_key_env": None,  # a local server without keys
+        "temperature": 0.4,
+        "max_tokens": 600,
+        "max_retries": 1,
+    }
+    settings = load_gtr_settings("tiny", {"rollout": {"corrector": spec}})
+    r = settings.rollout
+    assert r.corrector == "openai" and r.corrector_kwargs["model"] == "stub-vlm"
+    corrector = build_corrector(r.corrector, r.corrector_kwargs)
+    assert isinstance(corrector, OpenAICorrector)
+    stub.script.append({"content": json.dumps(GOOD)})
+    _, obs, info = points24(typed="10 +")
+    assert corrector.correct(obs, "x", "*", info).action == "3"
+    body = stub.bodies[0]
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-vlm", 0.4, 600)
+    assert body["tools"][0]["function"]["name"] == "solve24"
+    # the paper's preset: GPT-4o at the OpenAI API, temperature 0.4, 600 tokens, the tool
+    paper = load_gtr_settings("points24").rollout
+    assert paper.corrector == "openai" and paper.corrector_kwargs["model"] == "gpt-4o"
+    assert paper.corrector_kwargs["temperature"] == 0.4
+    assert paper.corrector_kwargs["max_tokens"] == 600 and paper.corrector_kwargs["use_tools"]
+    oracle = load_gtr_settings("points24_oracle").rollout
+    assert oracle.corrector == "programmatic" and oracle.corrector_kwargs == {}
+
+
+def test_a_missing_corrector_setting_is_named_before_any_work(tmp_path, monkeypatch) -> None:
+    from odyssey_core.recipes.gtr import train
+    from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config, stage_gtr_train
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("GTR_CORRECTOR_MODEL", raising=False)
+
+    def no_work(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a model was built before the corrector was checked")
+
+    monkeypatch.setattr(train, "build_policy", no_work)
+    with pytest.raises(CorrectorConfigError, match="OPENAI_API_KEY"):
+        train.build_trainer(load_gtr_settings("points24"), tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(CorrectorConfigError, match=r"rollout\.corrector\.model"):
+        check_corrector("openai", {"base_url": "http://x/v1", "api_key_env": None})
+    with pytest.raises(CorrectorConfigError, match=r"base_url .*GTR_URL"):
+        check_corrector("openai", {"model": "m", "base_url_env": "GTR_URL", "api_key_env": None})
+    with pytest.raises(CorrectorConfigError, match=r"model .*GTR_CORRECTOR_MODEL"):
+        check_corrector("openai", {"model_env": "GTR_CORRECTOR_MODEL", "base_url": "http://x"})
+    # the pipeline stops before its first stage (the SFT one) creates anything
+    cfg = load_gtr_pipeline_config("points24", {"run_dir": str(tmp_path / "run")})
+    with pytest.raises(CorrectorConfigError, match="OPENAI_API_KEY"):
+        stage_gtr_train(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_corrector_presets_are_validated_when_loaded() -> None:
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
+
+    bad = [
+        {"name": "openai", "modle": "gpt-4o"},  # a typo in an argument
+        {"name": "openai", "temperature": -1},
+        {"name": "programmatic", "model": "x"},  # takes no arguments
+        {"name": "nope"},
+        {"model": "no name"},
+    ]
+    for spec in bad:
+        with pytest.raises(ValueError):
+            load_gtr_settings("tiny", {"rollout": {"corrector": spec}})
+    with pytest.raises(ValueError, match="unknown corrector"):
+        load_gtr_settings("tiny", {"rollout": {"corrector": "nope"}})
+    with pytest.raises(ValueError, match="nothing to clone"):
+        load_gtr_settings("tiny", {"rollout": {"corrector": "none"}})
+    assert load_gtr_settings("tiny", {"rollout": {"corrector": "none"}, "sft": {"coef": 0}})
+    assert build_corrector("none") is None
+
+
+def test_reports_name_the_corrector_and_whether_it_is_an_oracle() -> None:
+    programmatic = describe_corrector("programmatic")
+    assert programmatic["oracle"] and "oracle" in programmatic["label"]
+    openai = describe_corrector("openai", {"model": "gpt-4o", "model_env": "GTR_CORRECTOR_MODEL"})
+    assert not openai["oracle"] and "not an oracle" in openai["label"]
+    assert "gpt-4o" in openai["label"] and "$GTR_CORRECTOR_MODEL" in openai["label"]
+    assert describe_corrector("alfworld")["oracle"] and not describe_corrector("none")["oracle"]

@@ -8,13 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import model_fixtures
 import pytest
 import torch
 
 from odyssey_core.recipes.gtr import pipeline
 from odyssey_core.recipes.gtr.pipeline import (
     GTRPipelineConfig,
+    gtr_sft_settings,
     load_gtr_pipeline_config,
+    read_provenance,
     stage_gtr_evaluate,
     stage_gtr_register,
     stage_gtr_train,
@@ -22,6 +25,7 @@ from odyssey_core.recipes.gtr.pipeline import (
 from odyssey_core.stages import DONE_MARKER
 
 torch.set_num_threads(1)  # tiny models on a busy machine (see tests/model_fixtures.py)
+tiny_model_dir = model_fixtures.tiny_model_dir
 
 # the tiny preset, smaller still: one update, four evaluation episodes
 SMALL = {"train": {"overrides": {"steps": 1}}, "eval": {"episodes": 4, "n_envs": 2}}
@@ -56,6 +60,13 @@ def test_presets_load_and_name_the_registered_model() -> None:
     assert load_gtr_settings(tiny.train.preset).rollout.env == "cards-numberline"
     paper = load_gtr_pipeline_config("points24")
     assert paper.game == "gtr-points24" and paper.eval.episodes == 200
+    # GTR starts from an SFT-initialised model (App. B): one epoch, solver-annotated episodes
+    assert paper.sft.enabled and paper.sft.corrector == "programmatic"
+    assert gtr_sft_settings(paper).epochs == 1 and not tiny.sft.enabled
+    with pytest.raises(ValueError):
+        load_gtr_pipeline_config("tiny", {"sft": {"settings": {"epoch": 1}}})  # a typo
+    with pytest.raises(ValueError):
+        load_gtr_pipeline_config("tiny", {"sft": {"corrector": "none"}})
     settings = load_gtr_settings(paper.train.preset)
     assert settings.rollout.env == "cards-points24" and settings.lora is not None
     assert paper.store_uri.startswith("file://") and paper.mlflow_uri.startswith("sqlite:///")
@@ -113,7 +124,13 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     assert {"success_se", "mean_return", "return_se", "collapse/valid_rate"} <= set(ev)
     scores = json.loads(Path(ev["scores_path"]).read_text())
     assert len(scores["returns"]) == 4 and scores["seeds"] == [cfg.eval.seed + k for k in range(4)]
-    assert "success rate" in Path(ev["report_markdown"]).read_text()
+    report = Path(ev["report_markdown"]).read_text()
+    assert "success rate" in report
+    # the report says which corrector trained the model, and that this one is an oracle
+    assert "`programmatic`: an oracle" in report and "**Oracle corrector**" in report
+    assert "Not SFT-initialised" in report  # the tiny pipeline skips the SFT stage
+    assert (ev["corrector"], ev["corrector_oracle"]) == ("programmatic", True)
+    assert (first["train"]["corrector"], first["train"]["sft_model"]) == ("programmatic", None)
 
     registry = ModelRegistry(cfg.mlflow_uri)
     decision = first["register"]
@@ -123,6 +140,8 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     mv = registry.client.get_model_version(name, "1")
     assert mv.source == first["train"]["checkpoint_uri"]
     assert {"metric.eval.success_rate", "metric.eval.mean_return"} <= set(mv.tags)
+    assert mv.tags["odyssey.corrector"] == "programmatic"
+    assert mv.tags["odyssey.corrector_oracle"] == "true"
     assert mv.tags["promotion.decision"] == ("promoted" if decision["promoted"] else "rejected")
     if decision["promoted"]:
         assert registry.champion("gtr-numberline") == 1
@@ -147,6 +166,93 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     more = small(tmp_path / "run", eval={"episodes": 5, "n_envs": 2})
     assert stage_gtr_evaluate(more, first["train"]["checkpoint_uri"])["episodes"] == 5
     assert stage_gtr_train(more) == first["train"]
+
+
+# -- the SFT initialisation ----------------------------------------------------------------------
+
+
+def test_sft_data_is_oracle_annotated_card_episodes(tmp_path: Path) -> None:
+    from odyssey_core.protocol.gtr_format import parse_gtr_response
+    from odyssey_core.recipes.gtr.corrector import make_corrector
+    from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes
+    from odyssey_core.sft.data import SFTDataset
+
+    out = collect_corrector_episodes(
+        "cards-points24",
+        {"only_solvable": True},
+        make_corrector("programmatic"),
+        tmp_path / "data",
+        episodes=3,
+        seed=5,
+        val_share=0.0,
+    )
+    rows = SFTDataset(out.dataset_dir, split="train").samples
+    assert out.samples == len(rows) > 3 and out.counts["episodes"] == 3
+    legal = [str(n) for n in range(1, 11)] + ["+", "-", "*", "/", "(", ")", "="]
+    for row in rows:
+        parsed = parse_gtr_response(row.response, legal)
+        assert parsed.valid and (parsed.action,) == row.buttons
+        assert row.game == "points24" and '"cards": [' in parsed.thought
+        assert row.image().shape == (320, 480, 3)
+    # following the oracle, every episode is typed to the end: one "=" per episode
+    assert sum(row.buttons == ("=",) for row in rows) == 3
+
+
+def test_sft_trains_the_prompts_rl_samples(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """The SFT collator, given GTR's system prompt, encodes a row exactly as the GTR policy
+    encodes the same observation."""
+    from odyssey_core.envs.base import Observation
+    from odyssey_core.recipes.gtr.corrector import make_corrector
+    from odyssey_core.recipes.gtr.evaluation import load_gtr_policy
+    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+    from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes
+    from odyssey_core.sft.data import SFTCollator, SFTDataset
+
+    env = "cards-numberline"
+    data = collect_corrector_episodes(
+        env, {}, make_corrector("programmatic"), tmp_path / "d", episodes=1, seed=0, val_share=0
+    )
+    row = SFTDataset(data.dataset_dir).samples[0]
+    policy = load_gtr_policy(tiny_model_dir, env, image_size=(96, 64))
+    collator = SFTCollator(
+        policy.processor, image_size=(96, 64), system_prompts={"numberline": gtr_system_prompt(env)}
+    )
+    inputs, _ = policy.encode([Observation(image=row.image(), text=row.turn_text)])
+    ids = inputs["input_ids"][0][inputs["attention_mask"][0].bool()]
+    assert torch.equal(collator.encode_prompt(row)["input_ids"][0], ids)
+
+
+@pytest.mark.slow
+def test_train_stage_runs_the_sft_stage_first_and_starts_from_its_model(tmp_path: Path) -> None:
+    from odyssey_core.models.loading import load_model
+    from odyssey_core.registry.artifacts import open_store
+
+    sft = {
+        "enabled": True,
+        "episodes": 2,
+        "settings": {"max_steps": 2, "batch_size": 2, "grad_accum_steps": 1},
+    }
+    cfg = small(tmp_path / "run", sft=sft)
+    out = stage_gtr_train(cfg)
+    assert out["sft_model"] and f"/runs/{cfg.run_key}/sft/" in out["sft_model"]
+    assert f"/runs/{cfg.run_key}/sft/" in out["base_model"]  # the model before SFT and RL
+    runs = {r.data.tags["odyssey.stage"] for r in stage_runs(cfg)}
+    assert runs == {"sft", "train"}
+    store = open_store(cfg.store_uri)
+    model = store.get_dir(store.key_for(out["checkpoint_uri"]), tmp_path / "model")
+    provenance = read_provenance(model)
+    assert provenance["sft"]["corrector"]["oracle"] and provenance["sft"]["samples"] > 0
+    # RL trained the SFT model, not the base: the SFT weights are the run's starting point
+    sft_dir = store.get_dir(store.key_for(out["sft_model"]), tmp_path / "sft-model")
+    base_dir = store.get_dir(store.key_for(out["base_model"]), tmp_path / "base")
+    checkpoints = sorted((cfg.run_dir / "train").glob("run-*/checkpoints/step-*"))
+    config = json.loads((checkpoints[-1] / "config.json").read_text())
+    assert "sft-model" in json.dumps(config)
+    sft_w, base_w = load_model(sft_dir).state_dict(), load_model(base_dir).state_dict()
+    assert any(not torch.equal(sft_w[k], base_w[k]) for k in sft_w)
+    evaluated = stage_gtr_evaluate(cfg, out["checkpoint_uri"])
+    assert "SFT-initialised: 1 epoch(s)" in Path(evaluated["report_markdown"]).read_text()
+    assert stage_gtr_train(cfg) == json.loads(json.dumps(out))  # both stages cached
 
 
 def test_a_lora_run_publishes_a_merged_model(tmp_path: Path) -> None:

@@ -196,6 +196,8 @@ def test_presets_carry_table_2_values() -> None:
     assert (s.ppo.entropy_coef, s.ppo.value_coef, s.ppo.thought_weight) == (0.01, 0.5, 0.5)
     assert (s.ppo.lr, s.ppo.final_lr, s.ppo.lr_steps) == (1e-5, 1e-9, 25)
     assert s.lora is not None and (s.lora.r, s.lora.alpha, s.lora.dropout) == (128, 256, 0.05)
+    assert s.lora.include_vision and s.lora.include_projector  # App. B: the whole VLM
+    assert (s.value.source, s.ppo.value_coef) == ("vlm_head", 0.5)  # RL4VLM's value head
     g = s.rollout.generation
     assert (g.temperature, g.max_new_tokens, g.repetition_penalty) == (0.2, 256, 1.2)
     assert s.rollout.env == "cards-points24" and s.sft.dagger and s.sft.target == "thought"
@@ -207,7 +209,11 @@ def test_presets_carry_table_2_values() -> None:
         "gtr_no_dagger",
         "full_response_cloning",
     }
-    assert ablations["rl_only"].sft.coef == 0 and ablations["rl_only"].ppo.enabled
+    rl4vlm = ablations["rl_only"]  # the RL4VLM baseline: environment rewards only
+    assert rl4vlm.sft.coef == 0 and rl4vlm.ppo.enabled and rl4vlm.rollout.corrector == "none"
+    rewards = rl4vlm.rollout.rewards
+    assert (rewards.format_reward, rewards.malformed_penalty) == (0.0, 0.0)
+    assert not rewards.truncate_unsolvable and rewards.max_repeats == 0
     assert not ablations["sft_only"].ppo.enabled and ablations["sft_only"].sft.coef > 0
     assert ablations["gtr"] == s
     assert not ablations["gtr_no_dagger"].sft.dagger
@@ -216,8 +222,25 @@ def test_presets_carry_table_2_values() -> None:
         assert preset.ppo.clip == 0.1 and preset.ppo.thought_weight == 0.5
     tiny = load_gtr_settings(CONFIGS / "tiny.yaml")
     assert tiny.lora is None and tiny.ppo.clip == 0.1 and tiny.rollout.env == "cards-numberline"
+    assert tiny.rollout.corrector == "programmatic"  # the oracle, named: CPU needs no network
     assert set(CARDS_SYSTEM_PROMPTS) == {"numberline", "ezpoints", "points24", "blackjack"}
     assert '"action"' in cards_system_prompt("cards-points24")
+
+
+def test_the_rl4vlm_baseline_plays_on_environment_rewards_only() -> None:
+    from odyssey_core.recipes.gtr.train import make_gtr_env
+
+    r = load_gtr_settings(CONFIGS / "ablations" / "rl_only.yaml").rollout
+    env = make_gtr_env("cards-points24", {}, None, r.rewards)  # corrector: none
+    env.reset(seed=0, options={"cards": ["QS", "3H", "4D", "2C"]})
+    rewards, cut = [], []
+    for answer in ['"action": "10"', *['"action": "5"'] * 5, "no answer at all"]:
+        _, reward, _, truncated, info = env.step(answer)
+        rewards.append(reward)
+        cut.append(truncated)
+        assert info["gtr"]["correction"] is None and info["gtr"]["format_reward"] == 0.0
+    # the env's own -1 per illegal number, no bonus, no loop cut after repeats
+    assert rewards[:6] == [0.0, -1.0, -1.0, -1.0, -1.0, -1.0] and not any(cut)
 
 
 # -- the trainer end to end ---------------------------------------------------------------------
@@ -255,6 +278,7 @@ def test_buffer_grows_across_steps_and_no_dagger_samples_latest(
         tmp_path,
         sft={"dagger": dagger},
         ppo={"enabled": False, "epochs": 1},  # SFT only keeps this test quick
+        value=CNN,  # the value head trains only inside PPO
     )
     trainer.train_step()
     assert len(_buffer(trainer)) == 4
@@ -268,14 +292,20 @@ def test_buffer_grows_across_steps_and_no_dagger_samples_latest(
 # -- the value head on the VLM --------------------------------------------------------------------
 
 HEAD = {"source": "vlm_head", "head_hidden_dims": [32], "head_lr": 1e-3}
+CNN = {"source": "cnn"}
 
 
-def test_value_settings_default_to_the_cnn_and_validate() -> None:
-    from odyssey_core.recipes.gtr.settings import GTRValueSettings
+def test_value_settings_default_to_the_vlm_head_and_validate() -> None:
+    from odyssey_core.recipes.gtr.settings import GTRSettings, GTRValueSettings
 
-    assert load_gtr_settings(CONFIGS / "points24.yaml").value.source == "cnn"
+    assert GTRSettings().value.source == "vlm_head" and GTRSettings().ppo.value_coef == 0.5
+    assert load_gtr_settings(CONFIGS / "points24.yaml").value.source == "vlm_head"
     head = load_gtr_settings(CONFIGS / "tiny.yaml", {"value": HEAD}).value
     assert head.source == "vlm_head" and head.head_hidden_dims == [32]
+    # the CNN critic stays an option (the CPU preset's, which also runs under DeepSpeed)
+    assert load_gtr_settings(CONFIGS / "tiny.yaml").value.source == "cnn"
+    with pytest.raises(ValueError, match="DeepSpeed updater does not carry the value head"):
+        load_gtr_settings(CONFIGS / "points24.yaml", {"deepspeed": "configs/deepspeed/zero2.json"})
     for bad in ({"source": "mlp"}, {"scale": 0.0}, {"head_hidden_dims": [0]}, {"head_lr": 0}):
         with pytest.raises(ValueError):
             GTRValueSettings.model_validate(bad)
@@ -395,7 +425,9 @@ def test_gtr_run_with_the_value_head_checkpoints_and_resumes(
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").open()]
     assert steps == [1.0, 2.0]
     resumed.close()
-    cnn = load_gtr_settings(CONFIGS / "tiny.yaml", {"model": {"path": str(tiny_model_dir)}})
+    cnn = load_gtr_settings(
+        CONFIGS / "tiny.yaml", {"model": {"path": str(tiny_model_dir)}, "value": CNN}
+    )
     with pytest.raises(ValueError, match="vlm_head"):
         build_trainer(cnn, tmp_path, resume=True)
 
@@ -417,8 +449,9 @@ def _all_weights(trainer: Trainer) -> dict[str, torch.Tensor]:
     weights = {
         f"policy.{k}": v.detach().clone() for k, v in trainer.policy.model.state_dict().items()
     }
-    critic = trainer.value_function.critic.network.state_dict()
-    weights.update({f"critic.{k}": v.detach().clone() for k, v in critic.items()})
+    value = trainer.value_function
+    network = value.critic.network if hasattr(value, "critic") else value.head
+    weights.update({f"value.{k}": v.detach().clone() for k, v in network.state_dict().items()})
     return weights
 
 
@@ -427,7 +460,8 @@ def test_killed_gtr_run_resumes_to_the_weights_of_an_uninterrupted_one(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """The RL trainer's method: SIGKILL the training process while step 2 runs, resume from the
-    step-1 checkpoint, and land on the uninterrupted run's policy, critic and DAgger buffer."""
+    step-1 checkpoint, and land on the uninterrupted run's policy, value head and DAgger
+    buffer."""
     from helpers_resume import kill_during_step_two
 
     preset = gtr_preset(tmp_path, tiny_model_dir)
@@ -450,3 +484,35 @@ def test_killed_gtr_run_resumes_to_the_weights_of_an_uninterrupted_one(
     assert _buffer(resumed).examples == _buffer(reference).examples
     steps = [json.loads(line)["step"] for line in (killed / "metrics.jsonl").open()]
     assert steps == [1.0, 2.0, 3.0]
+
+
+# -- LoRA over the whole VLM (App. B) -------------------------------------------------------------
+
+
+def test_lora_covers_the_projector_as_app_b_says(tiny_model_dir: Path) -> None:
+    """GTR App. B: LoRA on the vision encoder, the LLM and the MLP projector between them."""
+    import re
+
+    from odyssey_core.models.loading import load_model
+    from odyssey_core.models.lora import LoraSettings, apply_lora, lora_target_regex
+
+    assert not LoraSettings().include_projector  # other recipes keep their adapters
+    gtr = load_gtr_settings(CONFIGS / "points24.yaml").lora
+    assert gtr is not None and gtr.include_vision and gtr.include_projector
+    pattern = lora_target_regex(gtr)
+    for name in (
+        "model.visual.merger.linear_fc1",  # Qwen3-VL's projector
+        "model.visual.deepstack_merger_list.0.linear_fc2",
+        "model.visual.merger.mlp.0",  # Qwen2.5-VL's
+        "model.visual.blocks.0.attn.qkv",
+        "model.language_model.layers.0.self_attn.q_proj",
+    ):
+        assert re.fullmatch(pattern, name), name
+    plain = lora_target_regex(LoraSettings(include_vision=True))
+    assert not re.fullmatch(plain, "model.visual.merger.linear_fc1")
+    small = gtr.model_copy(update={"r": 2, "alpha": 4, "dropout": 0.0})
+    model = apply_lora(load_model(tiny_model_dir), small)
+    adapted = {n.rsplit(".lora_A", 1)[0] for n, _ in model.named_parameters() if ".lora_A" in n}
+    for part in ("visual.merger.linear_fc1", "visual.merger.linear_fc2", "visual.blocks.0.mlp"):
+        assert any(part in n for n in adapted), part
+    assert any("language_model" in n for n in adapted)
