@@ -77,6 +77,17 @@ def config_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "configs"
 
 
+def resolve_data_path(path: str | Path) -> Path:
+    """A file a preset names: absolute, or relative to the working directory, or else to the
+    folder that holds ``configs/`` (so presets can name files shipped in the repository or the
+    package whichever directory a run starts in)."""
+    path = Path(path).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    shipped = config_dir().parent / path
+    return shipped if shipped.exists() else path
+
+
 def available_presets() -> list[str]:
     directory = config_dir()
     return sorted(p.stem for p in directory.glob("*.yaml")) if directory.is_dir() else []

@@ -11,6 +11,7 @@ from odyssey_core.baselines.sb3_ppo import (
     evaluate_sb3,
     load_sb3_ppo_settings,
     make_classical_env,
+    task_settings,
     train_sb3_ppo,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "evaluate_sb3",
     "load_sb3_ppo_settings",
     "make_classical_env",
+    "task_settings",
     "train_sb3_ppo",
 ]

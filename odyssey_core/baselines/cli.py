@@ -94,6 +94,12 @@ def sb3_ppo_command(
         f"{settings.n_envs} envs x {settings.n_steps} steps, "
         f"{settings.env.action_space} actions -> {out_dir}"
     )
+    if settings.task is not None:
+        starts = ", ".join(f"{k} from {v}" for k, v in settings.start_states.items())
+        click.echo(
+            f"the task of {settings.task}: {settings.env.game.max_turns} turns"
+            + (f", {starts}" if starts else "")
+        )
     try:
         model_path = train_sb3_ppo(settings, out_dir, log=click.echo)
         results = evaluate_sb3(

@@ -9,7 +9,11 @@ button combinations:
 * ``original``: the env's 22 legal actions (noop and every set of one or two buttons);
 * ``engineered``: the 8 human-like combinations of Table 5, one of which presses three buttons.
 
-Hyper-parameters come from Table 6 through ``configs/baselines/sb3_ppo.yaml``.
+Hyper-parameters come from Table 6 through ``configs/baselines/sb3_ppo.yaml``. The task is the
+Section 4.2 comparison's (Appendix D: "the same task"): a preset's ``task`` names an Odysseus RL
+preset (``configs/odysseus/compare.yaml``) whose levels, start states, turn settings, turn limit
+and turn-sample budget this run takes over, so both play exactly the same episodes for the same
+number of state-action pairs (:func:`task_settings`).
 """
 
 from __future__ import annotations
@@ -27,9 +31,16 @@ from typing import Any, Literal
 import gymnasium
 import numpy as np
 from PIL import Image
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-from odyssey_core.config import GameBoyEnvConfig, StrictModel, load_preset
+from odyssey_core.config import (
+    GameBoyEnvConfig,
+    StrictModel,
+    deep_merge,
+    load_preset,
+    preset_path,
+    read_preset,
+)
 from odyssey_core.envs.base import Observation, TurnEnv
 
 ActionSetName = Literal["original", "engineered"]
@@ -109,7 +120,18 @@ class SB3PPOSettings(StrictModel):
     """One baseline run: which levels, how long, the PPO hyper-parameters and evaluation."""
 
     levels: list[str] = Field(default_factory=lambda: ["odland-1-1"], min_length=1)
-    total_timesteps: int = Field(default=2_000_000, ge=1, description="Appendix D: 2e6 samples")
+    total_timesteps: int = Field(
+        default=2_000_000, ge=1, description="samples = turns (Appendix D: up to 2e6)"
+    )
+    start_states: dict[str, Path] = Field(
+        default_factory=dict,
+        description="level -> a save-state file its episodes start from, in training and "
+        "evaluation (the Section 4.2 scenario); levels not named start at the level start",
+    )
+    task: Path | None = Field(
+        default=None,
+        description="the Odysseus RL preset whose task this run played (set by the loader)",
+    )
     n_envs: int = Field(default=8, ge=1, description="parallel envs, spread over the levels")
     vec_env: Literal["auto", "subproc", "dummy"] = Field(
         default="auto", description="auto: subprocesses when n_envs > 1"
@@ -135,6 +157,12 @@ class SB3PPOSettings(StrictModel):
             )
         if self.n_envs < len(self.levels):
             raise ValueError(f"n_envs {self.n_envs} < {len(self.levels)} levels: some never play")
+        unknown = set(self.start_states) - set(self.levels)
+        if unknown:
+            raise ValueError(f"start_states names levels not trained on: {sorted(unknown)}")
+        for level, path in self.start_states.items():
+            if not Path(path).is_file():
+                raise ValueError(f"start_states[{level!r}]: no save-state file at {path}")
         return self
 
     @property
@@ -142,12 +170,65 @@ class SB3PPOSettings(StrictModel):
         return self.ppo.rollout_size // self.n_envs
 
 
+#: the keys :func:`task_settings` fills in (a preset with ``task`` must not set them itself)
+TASK_KEYS = ("levels", "start_states", "total_timesteps", "env.game")
+
+
+def task_settings(rl: Any) -> dict[str, Any]:
+    """What the baseline takes over from an Odysseus RL run's settings (``RLTrainSettings``):
+    its levels and start states, its env's turn (frame skip, reward, fallback) with the
+    rollout's turn limit, and its turn-sample budget (``max_turn_samples``) as the number of
+    samples, one per turn as in SB3."""
+    game = rl.env.model_copy(update={"max_turns": rl.rollout.max_turns})
+    out: dict[str, Any] = {
+        "levels": list(rl.levels),
+        "start_states": {level: str(path) for level, path in rl.rollout.start_states.items()},
+        "env": {"game": game.model_dump(mode="json")},
+    }
+    if rl.max_turn_samples is not None:
+        out["total_timesteps"] = int(rl.max_turn_samples)
+    return out
+
+
+def _sets(data: dict[str, Any], dotted: str) -> bool:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def load_sb3_ppo_settings(
     path: str | Path, overrides: dict[str, Any] | None = None
 ) -> SB3PPOSettings:
     """A baseline preset under ``configs/baselines/`` or a YAML path, with nested overrides
-    (``{"ppo": {...}}``)."""
-    return load_preset(SB3PPOSettings, path, overrides, kind="baselines", what="baseline")
+    (``{"ppo": {...}}``).
+
+    A preset's ``task: <RL preset>`` (relative to the preset's folder) fills in
+    :data:`TASK_KEYS` from that preset (:func:`task_settings`); the preset itself must not set
+    them. ``overrides`` come last and win (``total_timesteps: 2000000`` runs Appendix D's
+    longer budget on the same scenario)."""
+    from odyssey_core.recipes.odysseus.settings import load_train_settings
+
+    file = preset_path(path, "baselines")
+    if not file.is_file():  # the loader's error lists the presets there are
+        return load_preset(SB3PPOSettings, path, overrides, kind="baselines", what="baseline")
+    data = read_preset(file)
+    if data.get("task") is not None:
+        task = Path(data["task"])
+        task = (task if task.is_absolute() else file.parent / task).resolve()
+        taken = [key for key in TASK_KEYS if _sets(data, key)]
+        if taken:
+            raise ValueError(
+                f"{file}: {', '.join(taken)} come from task {task}; remove them from the preset"
+            )
+        data = deep_merge(data, {**task_settings(load_train_settings(task)), "task": str(task)})
+    data = deep_merge(data, dict(overrides or {}))
+    try:
+        return SB3PPOSettings.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(f"invalid baseline in {file}:\n{err}") from None
 
 
 # -- the environment as SB3 sees it ------------------------------------------------------------
@@ -179,9 +260,11 @@ class ClassicalRLEnv(gymnasium.Wrapper):
         *,
         resize: int | None = 84,
         grayscale: bool = True,
+        start_state: bytes | None = None,
     ) -> None:
         super().__init__(env)
         self.action_set = action_space
+        self.start_state = start_state  # every episode starts here (None: the level start)
         self.resize = resize
         self.grayscale = grayscale
         base = env.unwrapped
@@ -213,6 +296,8 @@ class ClassicalRLEnv(gymnasium.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        if self.start_state is not None and "state" not in (options or {}):
+            options = {**(options or {}), "state": self.start_state}
         observation, info = self.env.reset(seed=seed, options=options)
         self._best = float(info.get("progress", 0))
         return self._image(observation), self._with_extras(info)
@@ -232,20 +317,29 @@ class ClassicalRLEnv(gymnasium.Wrapper):
         return {**info, "best_progress": self._best, "env_id": self.env.unwrapped.env_id}
 
 
-def make_classical_env(env_id: str, settings: BaselineEnvSettings) -> ClassicalRLEnv:
-    """Build registry level ``env_id`` (e.g. ``odland-1-1``) with the baseline's interface."""
+def make_classical_env(
+    env_id: str, settings: BaselineEnvSettings, start_state: str | Path | None = None
+) -> ClassicalRLEnv:
+    """Build registry level ``env_id`` (e.g. ``odland-1-1``) with the baseline's interface;
+    with ``start_state`` (a save-state file), every episode starts from it."""
     from odyssey_core.envs.registry import make_env
 
     overrides = {"max_code_buttons": 3} if settings.action_space == "engineered" else {}
     env = make_env(env_id, config=settings.game, **overrides)
     return ClassicalRLEnv(
-        env, settings.action_space, resize=settings.resize, grayscale=settings.grayscale
+        env,
+        settings.action_space,
+        resize=settings.resize,
+        grayscale=settings.grayscale,
+        start_state=Path(start_state).read_bytes() if start_state is not None else None,
     )
 
 
-def _env_factory(env_id: str, settings: BaselineEnvSettings) -> ClassicalRLEnv:
+def _env_factory(
+    env_id: str, settings: BaselineEnvSettings, start_state: str | None = None
+) -> ClassicalRLEnv:
     # Module level so SubprocVecEnv can pickle it (through functools.partial).
-    return make_classical_env(env_id, settings)
+    return make_classical_env(env_id, settings, start_state)
 
 
 def _build_vec_env(
@@ -255,8 +349,10 @@ def _build_vec_env(
     kind: Literal["auto", "subproc", "dummy"] = "dummy",
     monitor_path: Path | None = None,
     seed: int | None = None,
+    start_states: dict[str, Path] | None = None,
 ) -> Any:
-    """One env per id, monitored (optional) and frame-stacked, as a VecEnv."""
+    """One env per id (from its start state, if any), monitored (optional) and frame-stacked,
+    as a VecEnv."""
     from stable_baselines3.common.vec_env import (
         DummyVecEnv,
         SubprocVecEnv,
@@ -264,8 +360,9 @@ def _build_vec_env(
         VecMonitor,
     )
 
+    states = {level: str(path) for level, path in (start_states or {}).items()}
     fns: list[Callable[[], gymnasium.Env]] = [
-        functools.partial(_env_factory, env_id, settings) for env_id in env_ids
+        functools.partial(_env_factory, env_id, settings, states.get(env_id)) for env_id in env_ids
     ]
     use_subproc = kind == "subproc" or (kind == "auto" and len(fns) > 1)
     venv = SubprocVecEnv(fns) if use_subproc else DummyVecEnv(fns)
@@ -352,8 +449,10 @@ def evaluate_model(
     n_envs: int = 8,
     deterministic: bool = False,
     seed: int = 0,
+    start_states: dict[str, Path] | None = None,
 ) -> dict[str, LevelProgress]:
-    """Per-level progress of an in-memory SB3 model; envs are made for this call only."""
+    """Per-level progress of an in-memory SB3 model; envs are made for this call only, each
+    level's episodes from its start state when ``start_states`` names one."""
     from stable_baselines3.common.utils import set_random_seed
 
     results: dict[str, LevelProgress] = {}
@@ -361,7 +460,11 @@ def evaluate_model(
         # A different policy-sampling seed per level, the same across calls: comparable curves.
         set_random_seed(seed + 1000 * offset)
         venv = _build_vec_env(
-            [env_id] * min(n_envs, episodes), env_settings, kind="dummy", seed=seed
+            [env_id] * min(n_envs, episodes),
+            env_settings,
+            kind="dummy",
+            seed=seed,
+            start_states=start_states,
         )
         try:
             played = _run_episodes(model, venv, episodes, deterministic)
@@ -403,6 +506,7 @@ def evaluate_sb3(
         n_envs=settings.eval.n_envs,
         deterministic=settings.eval.deterministic if deterministic is None else deterministic,
         seed=seed,
+        start_states=settings.start_states,
     )
 
 
@@ -461,6 +565,7 @@ def _callbacks(settings: SB3PPOSettings, out_dir: Path, log: Callable[[str], Non
                 n_envs=settings.eval.n_envs,
                 deterministic=settings.eval.deterministic,
                 seed=settings.seed,
+                start_states=settings.start_states,
             )
             new = not self.path.exists()
             with self.path.open("a", newline="") as handle:
@@ -510,6 +615,7 @@ def train_sb3_ppo(
         kind=settings.vec_env,
         monitor_path=out / MONITOR_FILE,
         seed=settings.seed,
+        start_states=settings.start_states,
     )
     hp = settings.ppo
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import click
+import yaml
 from pydantic import Field
 
 from odyssey_core.config import GameName, StrictModel, load_preset
@@ -36,6 +37,8 @@ __all__ = [
     "CurateConfig",
     "curate",
     "curate_group",
+    "curate_problems",
+    "import_entries",
     "load_curate_config",
     "run_annotate",
     "run_build",
@@ -55,6 +58,11 @@ class CurateConfig(StrictModel):
     source: Literal["record", "import"] = "record"
     record: RecordConfig = RecordConfig()
     imports: list[ImportConfig] = Field(default_factory=list, description="for source: import")
+    imports_file: Path | None = Field(
+        default=None,
+        description="for source: import, a YAML list of more imports (video, segments, ...); "
+        "relative video paths are relative to the file, the game is the config's",
+    )
     sampling: SamplingConfig = SamplingConfig()
     teacher: TeacherConfig = TeacherConfig()
     validation: ValidationConfig = ValidationConfig()
@@ -75,6 +83,51 @@ def _dir(out: str | Path, stage: str) -> Path:
     return path
 
 
+def import_entries(config: CurateConfig) -> list[ImportConfig]:
+    """The videos of a ``source: import`` config: ``imports`` then ``imports_file``'s, each
+    of the config's game (an entry naming another game is an error)."""
+    entries = list(config.imports)
+    if config.imports_file is not None:
+        path = Path(config.imports_file)
+        data = yaml.safe_load(path.read_text()) if path.is_file() else None
+        if not isinstance(data, list):
+            raise ValueError(f"imports_file {path}: expected a YAML list of imports")
+        for raw in data:
+            item = ImportConfig.model_validate(raw)
+            if not item.video.is_absolute():
+                item = item.model_copy(update={"video": path.parent / item.video})
+            entries.append(item)
+    out = []
+    for item in entries:
+        if "game" in item.model_fields_set and item.game != config.game:
+            raise ValueError(f"import {item.video} is {item.game}, the curation is {config.game}")
+        out.append(item.model_copy(update={"game": config.game}))
+    return out
+
+
+def curate_problems(config: CurateConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """What keeps this curation from running here, one line each (empty when it can): the
+    teacher's environment variables, and for ``source: import`` the videos."""
+    from odyssey_core.data.teachers import teacher_problems
+
+    problems = [f"curate: {p}" for p in teacher_problems(config.teacher, environ)]
+    if config.source == "import":
+        if not config.imports and config.imports_file is None:
+            problems.append("curate: source: import needs imports or imports_file (your videos)")
+        elif config.imports_file is not None and not Path(config.imports_file).is_file():
+            problems.append(f"curate: imports_file {config.imports_file} does not exist")
+        else:
+            try:
+                entries = import_entries(config)
+            except ValueError as err:
+                problems.append(f"curate: {err}")
+                entries = []
+            problems += [
+                f"curate: video not found: {e.video}" for e in entries if not e.video.is_file()
+            ]
+    return problems
+
+
 def run_record(config: CurateConfig, out: str | Path) -> Path:
     """Record (or import) the walkthroughs into OUT/walkthroughs."""
     target = _dir(out, "walkthroughs")
@@ -82,9 +135,10 @@ def run_record(config: CurateConfig, out: str | Path) -> Path:
         record = config.record.model_copy(update={"game": config.game})
         record_walkthroughs(record, target, show_progress=config.show_progress)
     else:
-        if not config.imports:
+        entries = import_entries(config)
+        if not entries:
             raise ValueError("source: import needs at least one entry under imports")
-        for item in config.imports:
+        for item in entries:
             import_video(item, target)
     return target
 
@@ -138,7 +192,11 @@ def run_build(config: CurateConfig, out: str | Path) -> Path:
 
 
 def curate(config: CurateConfig, out: str | Path) -> Path:
-    """Run every stage; returns the dataset folder."""
+    """Run every stage; returns the dataset folder. Settings this machine lacks (the teacher's
+    environment variables, imported videos) fail first, all named in one error."""
+    problems = curate_problems(config)
+    if problems:
+        raise ValueError("curation cannot start:\n" + "\n".join(f"  - {p}" for p in problems))
     run_record(config, out)
     run_sample(config, out)
     run_annotate(config, out)

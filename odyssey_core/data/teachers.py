@@ -8,7 +8,9 @@
   text. Requests go through :class:`~odyssey_core.policy.openai_backend.OpenAIPolicy` (its
   retries with backoff and jitter on 429/5xx/timeouts, its image encoding); every answer is
   cached on disk, keyed by frame hash, prompt hash, model and parameters, so a rerun or a
-  crash never pays for a frame twice.
+  crash never pays for a frame twice. A preset may name environment variables instead of
+  values (``model_env``, ``base_url_env``, ``api_key_env``): :func:`resolve_teacher` reads
+  them and :func:`teacher_problems` says which are missing, before any work starts.
 
 ``annotate_frames`` runs a teacher and writes ``annotations.parquet`` (the dataset columns
 except ``split``) and ``teacher_metrics.json``.
@@ -18,11 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,8 @@ __all__ = [
     "TeacherResult",
     "annotate_frames",
     "make_teacher",
+    "resolve_teacher",
+    "teacher_problems",
 ]
 
 TILE = 8  # Game Boy tiles are 8x8 pixels
@@ -112,7 +117,61 @@ TEACHERS: Registry[type[Teacher]] = Registry("teacher")
 
 
 def make_teacher(config: TeacherConfig, game: str = "odland", **overrides: Any) -> Teacher:
+    """Build the teacher, reading the settings it takes from the environment (see
+    :func:`resolve_teacher`; a missing one raises ``ValueError`` naming it)."""
+    config = resolve_teacher(config)
     return TEACHERS.get(config.name)(game=game, **{**config.options, **overrides})
+
+
+#: teacher options whose value may come from an environment variable: option -> the option
+#: naming that variable
+FROM_ENVIRONMENT = {"model": "model_env", "base_url": "base_url_env"}
+
+
+def teacher_problems(config: TeacherConfig, environ: Mapping[str, str] | None = None) -> list[str]:
+    """What keeps ``config``'s teacher from running here, one line per missing setting: an
+    environment variable named by ``model_env`` / ``base_url_env`` (when the value itself is
+    not in the options) or by ``api_key_env`` that is unset or empty. Empty when it can run."""
+    if config.name != OpenAITeacher.name:
+        return []
+    env = os.environ if environ is None else environ
+    options = config.options
+    problems = []
+    for option, variable_option in FROM_ENVIRONMENT.items():
+        variable = options.get(variable_option)
+        if options.get(option) in (None, "") and variable and not env.get(variable):
+            problems.append(
+                f"environment variable {variable} is not set: the teacher's {option} "
+                f"(teacher.options.{variable_option})"
+            )
+    key = options.get("api_key_env")
+    if key and not env.get(key):
+        problems.append(
+            f"environment variable {key} is not set: the teacher's API key "
+            "(teacher.options.api_key_env; any value for a server without keys)"
+        )
+    return problems
+
+
+def resolve_teacher(
+    config: TeacherConfig, environ: Mapping[str, str] | None = None
+) -> TeacherConfig:
+    """``config`` with the values of ``model_env`` / ``base_url_env`` read from the
+    environment into ``model`` / ``base_url`` (values already in the options win). Raises
+    ``ValueError`` naming every such variable that is unset; the API key itself is read by
+    the backend, never copied into the config."""
+    if config.name != OpenAITeacher.name:
+        return config
+    env = os.environ if environ is None else environ
+    missing = [p for p in teacher_problems(config, env) if "API key" not in p]
+    if missing:
+        raise ValueError("the teacher cannot be configured: " + "; ".join(missing))
+    options = dict(config.options)
+    for option, variable_option in FROM_ENVIRONMENT.items():
+        variable = options.get(variable_option)
+        if options.get(option) in (None, "") and variable:
+            options[option] = env[variable]
+    return config.model_copy(update={"options": options})
 
 
 # ======================================================================= programmatic teacher
@@ -349,8 +408,10 @@ class ProgrammaticTeacher(Teacher):
 
 # ============================================================================== openai teacher
 class OpenAITeacherSettings(StrictModel):
-    model: str
+    model: str = Field(description="the served model's name (or from model_env)")
+    model_env: str | None = Field(default=None, description="variable holding the model name")
     base_url: str | None = None
+    base_url_env: str | None = Field(default=None, description="variable holding the API root")
     api_key_env: str | None = "OPENAI_API_KEY"
     concurrency: int = Field(default=8, ge=1)
     timeout: float = Field(default=60.0, gt=0)

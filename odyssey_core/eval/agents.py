@@ -7,14 +7,20 @@
   emulator, which must live next to it): :class:`AgentDrivenEnv` wraps the env so that
   stepping it with ``None`` lets the agent choose.
 * ``hf:PATH``: a local checkpoint (:class:`~odyssey_core.policy.hf.HFPolicy`).
-* ``openai:MODEL@BASE_URL``: any OpenAI-compatible endpoint (``@BASE_URL`` optional).
+* ``openai:MODEL@BASE_URL``: any OpenAI-compatible endpoint (``@BASE_URL`` optional); an
+  *API model*, with which suites may play fewer episodes (the paper: 8, not 256).
+* ``LABEL=SPEC``: any of these as the report row ``LABEL`` (``base=hf:/models/Qwen3-VL-8B``
+  is the row the paper's suites measure improvements against).
 
-Policy agents answer all running environments with one batched ``generate`` per turn.
+Policy agents answer all running environments with one batched ``generate`` per turn, with
+the inference settings of a training preset when given
+(:class:`~odyssey_core.eval.inference.InferenceSettings`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +28,7 @@ from typing import Any, Literal
 
 from odyssey_core.agents import make_agent
 from odyssey_core.envs.base import Observation, StepResult, TurnEnv
+from odyssey_core.eval.inference import InferenceSettings
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, make_policy
 
 __all__ = [
@@ -34,6 +41,9 @@ __all__ = [
 ]
 
 ENV_AGENTS = ("expert", "random")
+#: backends that answer through a remote API (the paper's "API models": fewer episodes)
+API_BACKENDS = ("openai",)
+_LABEL = re.compile(r"^([A-Za-z][\w.-]*)=(.+)$")
 
 
 @dataclass(frozen=True)
@@ -45,10 +55,18 @@ class AgentSpec:
     name: str  # "expert" | "random" | a policy backend name ("hf", "openai", ...)
     kwargs: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def api(self) -> bool:
+        """An API model (the suites' ``api_runs``), not an open one run here."""
+        return self.kind == "policy" and self.name in API_BACKENDS
+
 
 def parse_agent_spec(spec: str, label: str | None = None, **kwargs: Any) -> AgentSpec:
-    """``expert``, ``random``, ``hf:PATH`` or ``openai:MODEL[@BASE_URL]``; extra ``kwargs``
-    go to the agent or backend constructor."""
+    """``expert``, ``random``, ``hf:PATH`` or ``openai:MODEL[@BASE_URL]``, optionally as
+    ``LABEL=SPEC``; extra ``kwargs`` go to the agent or backend constructor."""
+    named = _LABEL.match(spec)
+    if named and label is None and ":" not in named.group(1):
+        return parse_agent_spec(named.group(2), label=named.group(1), **kwargs)
     if spec in ENV_AGENTS:
         return AgentSpec(label or spec, "env", spec, dict(kwargs))
     backend, sep, rest = spec.partition(":")
@@ -71,11 +89,19 @@ class PolicyAgent:
     """A policy backend answering a batch of observations per turn."""
 
     def __init__(
-        self, backend: PolicyBackend, label: str, params: GenerationParams | None = None
+        self,
+        backend: PolicyBackend,
+        label: str,
+        params: GenerationParams | None = None,
+        *,
+        api: bool = False,
+        inference: InferenceSettings | None = None,
     ) -> None:
         self.backend = backend
         self.label = label
-        self.params = params or GenerationParams()
+        self.params = params or (inference.generation() if inference else GenerationParams())
+        self.api = api
+        self.inference = inference  # what it was built with, for reports and logs
 
     def set_game(self, game: str) -> None:
         """Switch the system prompt to ``game`` (cross-game sections reuse the same model)."""
@@ -96,12 +122,20 @@ def build_policy_agent(
     game: str = "odland",
     params: GenerationParams | None = None,
     backend: PolicyBackend | None = None,
+    *,
+    inference: InferenceSettings | None = None,
 ) -> PolicyAgent:
-    """Build the backend of a policy ``spec`` (or wrap an already built ``backend``)."""
+    """Build the backend of a policy ``spec`` (or wrap an already built ``backend``).
+
+    ``inference`` (a training preset's, App. E.3) gives the backend its image scale or size
+    (and, for local models, device, dtype and attention kernel) and the sampling settings;
+    ``params`` and the spec's own keyword arguments win over it."""
     if spec.kind != "policy":
         raise ValueError(f"{spec.label} is not a policy agent")
-    built = backend if backend is not None else make_policy(spec.name, game=game, **spec.kwargs)
-    return PolicyAgent(built, spec.label, params)
+    if backend is None:
+        kwargs = {**(inference.backend_kwargs(spec.name) if inference else {}), **spec.kwargs}
+        backend = make_policy(spec.name, game=game, **kwargs)
+    return PolicyAgent(backend, spec.label, params, api=spec.api, inference=inference)
 
 
 class AgentDrivenEnv(TurnEnv):

@@ -1,4 +1,10 @@
-"""``odyssey eval SUITE --agent ...``: run an evaluation suite and write its report."""
+"""``odyssey eval SUITE --agent ...``: run an evaluation suite and write its report.
+
+Policy agents answer with the inference settings of their training (App. E.3): those of
+``--train-preset`` when given, else those saved with the model's RL checkpoint (the
+``config.json`` beside its ``policy/`` folder), else those of the suite's ``inference_from``
+preset; ``--temperature`` / ``--max-new-tokens`` override one value, and say so.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,8 @@ import click
     "agents",
     multiple=True,
     required=True,
-    help="expert | random | hf:PATH | openai:MODEL@BASE_URL (repeat for several rows)",
+    help="expert | random | hf:PATH | openai:MODEL@BASE_URL, optionally LABEL=SPEC "
+    "(base=hf:PATH is the base-model row); repeat for several rows",
 )
 @click.option("--base", "base_agent", default=None, help="row label to measure improvement against")
 @click.option("--runs", type=int, default=None, help="from-start episodes per level")
@@ -28,8 +35,14 @@ import click
 @click.option("--seed", type=int, default=None, help="suite seed (default: the suite's)")
 @click.option("--max-turns", type=int, default=None, help="turn limit (default: the suite's)")
 @click.option("--workers", type=int, default=None, help="subprocess envs (default: the suite's)")
-@click.option("--temperature", type=float, default=1.0, show_default=True)
-@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option(
+    "--train-preset",
+    default=None,
+    help="Odysseus RL preset (name under configs/odysseus or YAML) whose inference settings "
+    "policy agents use (default: the checkpoint's own, else the suite's inference_from)",
+)
+@click.option("--temperature", type=float, default=None, help="override the training value")
+@click.option("--max-new-tokens", type=int, default=None, help="override the training value")
 @click.option("--expert-nodes", type=int, default=4000, show_default=True)
 @click.option("--section", "sections", multiple=True, help="only these sections")
 @click.option("--no-videos", is_flag=True, help="skip the episode videos")
@@ -47,8 +60,9 @@ def eval_command(
     seed: int | None,
     max_turns: int | None,
     workers: int | None,
-    temperature: float,
-    max_new_tokens: int,
+    train_preset: str | None,
+    temperature: float | None,
+    max_new_tokens: int | None,
     expert_nodes: int,
     sections: tuple[str, ...],
     no_videos: bool,
@@ -56,10 +70,14 @@ def eval_command(
 ) -> None:
     """Evaluate agents on SUITE (a name under configs/eval, e.g. odland, or a YAML path)."""
     from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
+    from odyssey_core.eval.inference import (
+        InferenceSettings,
+        checkpoint_inference,
+        load_inference,
+    )
     from odyssey_core.eval.report import terminal_report, write_report
     from odyssey_core.eval.runner import evaluate_suite
     from odyssey_core.eval.suites import load_suite
-    from odyssey_core.policy.base import GenerationParams
 
     overrides: dict = {}
     for key, value in (("seed", seed), ("max_turns", max_turns), ("workers", workers)):
@@ -80,18 +98,36 @@ def eval_command(
         config = config.model_copy(
             update={"sections": [s for s in config.sections if s.name in sections]}
         )
-    params = GenerationParams(temperature=temperature, max_new_tokens=max_new_tokens)
+    try:
+        preset = train_preset or config.inference_from
+        fallback = load_inference(preset) if preset else InferenceSettings()
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    changes = {
+        k: v
+        for k, v in (("temperature", temperature), ("max_new_tokens", max_new_tokens))
+        if v is not None
+    }
     built = []
     for text in agents:
         try:
-            spec = parse_agent_spec(
-                text, **({"max_nodes": expert_nodes} if text == "expert" else {})
-            )
+            spec = parse_agent_spec(text)
+            if spec.kind == "env" and spec.name == "expert":
+                spec = parse_agent_spec(text, max_nodes=expert_nodes)
         except ValueError as err:
             raise click.ClickException(str(err)) from None
-        built.append(
-            build_policy_agent(spec, config.game, params) if spec.kind == "policy" else spec
-        )
+        if spec.kind != "policy":
+            built.append(spec)
+            continue
+        inference = fallback
+        if train_preset is None and spec.name == "hf":
+            inference = checkpoint_inference(spec.kwargs["model"]) or fallback
+        if changes:
+            inference = inference.model_copy(
+                update={**changes, "source": f"{inference.source}, overridden: {changes}"}
+            )
+        click.echo(f"{spec.label}: inference settings of {inference.source}")
+        built.append(build_policy_agent(spec, config.game, inference=inference))
     results = evaluate_suite(
         config,
         built,

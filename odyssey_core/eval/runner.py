@@ -407,13 +407,16 @@ def section_jobs(
     *,
     runs: int | None = None,
     states: dict[str, list[CuratedState]] | None = None,
+    api: bool = False,
 ) -> list[EpisodeJob]:
-    """The episodes of a section; curated sections need their ``states`` by level."""
+    """The episodes of a section; curated sections need their ``states`` by level. ``runs``
+    overrides the suite's from-start episodes per level (``api``: its API-model count)."""
     jobs: list[EpisodeJob] = []
     videos_left = suite.videos
     for level in section.levels:
         if section.kind == "from_start":
-            starts: list[CuratedState | None] = [None] * (runs or suite.section_runs(section))
+            count = runs or suite.section_runs(section, api=api)
+            starts: list[CuratedState | None] = [None] * count
         else:
             level_states = (states or {}).get(level) or []
             if not level_states:
@@ -468,7 +471,9 @@ def evaluate_suite(
     show_progress: bool = False,
     log: Callable[[str], None] | None = None,
 ) -> EvalResults:
-    """Every agent on every section of ``suite``; ``runs`` overrides from-start runs."""
+    """Every agent on every section of ``suite``: open models and the env agents play the
+    suite's from-start ``runs`` per level, API models its ``api_runs``; ``runs`` overrides
+    both."""
     started = time.perf_counter()
     labels = [a.label for a in agents]
     sections: list[SectionResult] = []
@@ -486,12 +491,15 @@ def evaluate_suite(
         if section.kind == "curated":
             cache = states_cache / section.name if states_cache is not None else None
             states = curated_states_for(suite, section, cache)
-        jobs = section_jobs(suite, section, runs=runs, states=states)
+        jobs = {
+            api: section_jobs(suite, section, runs=runs, states=states, api=api)
+            for api in (False, True)
+        }
         for agent in agents:
             if isinstance(agent, PolicyAgent):
                 agent.set_game(game)
             result.records[agent.label] = run_jobs(
-                jobs,
+                jobs[agent.api],
                 _env_fn(suite, section),
                 agent,
                 seed=derive_seed(suite.seed, len(sections)),

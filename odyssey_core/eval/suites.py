@@ -2,8 +2,8 @@
 
 A suite has sections, each one table of the report:
 
-* ``from_start``: every level from its start, ``runs`` episodes each (the paper: 8 for API
-  models, 256 for open models), with the training turn limit.
+* ``from_start``: every level from its start, ``runs`` episodes each for open models and
+  ``api_runs`` for API models (the paper, App. E.3: 256 and 8), with the training turn limit.
 * ``curated``: episodes from saved states (at least 10 per level), on training levels (the
   paper's off-policy setting) or held-out levels (unseen). States come from files
   (``states_dir/<game>-<level>/*.state``) or are made by playing the search expert on the
@@ -12,6 +12,11 @@ A suite has sections, each one table of the report:
   state.
 * a section whose ``game`` differs from the suite's is the cross-game setting; Super Mario
   Land sections are skipped, with a note, when no ROM is configured.
+
+``base_agent`` names the row relative improvements are measured against (the paper: the base
+VLM before SFT and RL, e.g. ``--agent base=hf:/models/Qwen3-VL-8B-Instruct``), and
+``inference_from`` the training preset whose inference settings policy agents use when
+nothing closer says (App. E.3; see :mod:`odyssey_core.eval.inference`).
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ class SuiteSection(StrictModel):
     levels: list[str]
     split: Literal["train", "heldout", "other_game"] = "train"
     runs: int | None = Field(default=None, ge=1, description="from_start: episodes per level")
+    api_runs: int | None = Field(default=None, ge=1, description="the same for API models")
     max_turns: int | None = Field(default=None, ge=1)
     states: CuratedStatesConfig = CuratedStatesConfig()
     base_agent: str | None = Field(
@@ -83,18 +89,31 @@ class EvalSuite(StrictModel):
     name: str
     game: GameName = "odland"
     seed: int = 0
-    runs: int = Field(default=8, ge=1, description="8 for API models, 256 for open models")
+    runs: int = Field(default=8, ge=1, description="from-start episodes per level (paper: 256)")
+    api_runs: int | None = Field(
+        default=None, ge=1, description="the same for API models (paper: 8); None: runs"
+    )
     max_turns: int = Field(default=400, ge=1, description="as in training")
     workers: int = Field(default=4, ge=1, description="subprocess environments")
     videos: int = Field(default=2, ge=0, description="episodes per section written as video")
-    base_agent: str | None = None
+    base_agent: str | None = Field(
+        default=None, description="the row improvements are measured against (paper: base VLM)"
+    )
+    inference_from: str | None = Field(
+        default=None,
+        description="an Odysseus RL preset whose inference settings policy agents use when "
+        "neither the command nor the model's checkpoint names one (App. E.3)",
+    )
     env_overrides: dict[str, Any] = Field(default_factory=dict)
     sections: list[SuiteSection]
 
     def section_game(self, section: SuiteSection) -> str:
         return section.game or self.game
 
-    def section_runs(self, section: SuiteSection) -> int:
+    def section_runs(self, section: SuiteSection, api: bool = False) -> int:
+        """From-start episodes per level of ``section`` for an open (or, ``api``, API) model."""
+        if api:
+            return section.api_runs or self.api_runs or self.section_runs(section)
         return section.runs or self.runs
 
     def section_max_turns(self, section: SuiteSection) -> int:

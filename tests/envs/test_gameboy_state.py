@@ -101,3 +101,21 @@ def test_a_reused_env_starts_its_next_episode_at_the_level_start(make, game) -> 
         assert reward >= 0, f"first reward after a reset is {reward}"
         assert reward == pytest.approx(10 * (after["progress"] - again["progress"]))
         env.reset(seed=episode + 1, options=options)
+
+
+def test_an_env_that_only_loads_a_state_knows_the_levels_goal() -> None:
+    """odland reads the goal from RAM, so a fresh env reset from a save state reports the same
+    max_progress as one that started the level itself."""
+    from odyssey_core.envs.registry import make_env
+
+    source = make_env("odland-1-2")
+    _, info = source.reset(seed=0)
+    state = source.save_state()
+    source.close()
+    fresh = make_env("odland-1-2")
+    try:
+        _, loaded = fresh.reset(seed=0, options={"state": state})
+    finally:
+        fresh.close()
+    assert info["max_progress"] is not None
+    assert loaded["max_progress"] == info["max_progress"]

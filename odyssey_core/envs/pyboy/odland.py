@@ -124,6 +124,9 @@ class Odland(GameBoyGame):
     def read(self, pyboy: PyBoy, level: str) -> GameSnapshot:
         memory = pyboy.memory
         state = memory[STATE]
+        if level in LEVELS and memory[LEVEL_ID] == LEVELS.index(level):
+            # the level's goal is in RAM whenever it is loaded, also from a save state
+            self._goal_x[level] = _u16(pyboy, GOAL_X)
         return GameSnapshot(
             progress=_u16(pyboy, PLAYER_X),
             lives=memory[LIVES],

@@ -12,6 +12,13 @@ continues from its latest checkpoint). ``stage_promote`` registers and gates the
 with :func:`odyssey_core.stages.register_and_gate`; ``nightly_evaluate`` re-evaluates the
 champion.
 
+Before any work, the first stage checks what the run needs from this machine
+(:func:`check_pipeline`: the teacher's environment variables, the Super Mario Land ROM, the
+base model folder, imported videos) and fails with one error naming every missing setting.
+Every evaluation (the evaluate stage, the promotion gate's reference, the nightly run) plays
+with the inference settings of the pipeline's own RL preset (:func:`pipeline_inference`; the
+paper's App. E.3), never with values typed again.
+
 This module imports no Prefect (``tasks/odysseus.py`` and ``flows/odysseus.py`` wrap it).
 """
 
@@ -52,17 +59,21 @@ __all__ = [
     "SCORE_KEY",
     "STAGES",
     "PipelineConfig",
+    "PipelineSettingsError",
     "RunConfig",
+    "check_pipeline",
     "evaluate_checkpoint",
     "load_pipeline_config",
     "make_tracker",
     "nightly_evaluate",
     "nightly_table",
+    "pipeline_inference",
     "read_marker",
     "stage_annotate",
     "stage_build_dataset",
     "stage_curate",
     "stage_evaluate",
+    "stage_games",
     "stage_promote",
     "stage_record",
     "stage_rl",
@@ -93,10 +104,12 @@ class SFTStage(StagePreset):
 
 
 class EvalStage(PipelineSection):
+    """Which suite the candidate is evaluated on. How the model answers (image scale, tokens,
+    sampling, device, dtype) is not set here: it is the RL preset's (App. E.3)."""
+
     suite: str = "odland"
     overrides: dict[str, Any] = Field(default_factory=dict, description="top-level suite keys")
     runs: int | None = Field(default=None, ge=1, description="from-start runs per level")
-    max_new_tokens: int | None = Field(default=None, ge=1, description="None: backend default")
     vector: str = "sync"
 
 
@@ -134,6 +147,90 @@ def _rl_preset_path(preset: str) -> Path:
     return config_dir() / "odysseus" / f"{preset}.yaml"
 
 
+def _rl_settings(cfg: PipelineConfig, overrides: Mapping[str, Any] | None = None) -> Any:
+    from odyssey_core.recipes.odysseus.settings import load_train_settings
+
+    merged = deep_merge(cfg.rl.overrides, dict(overrides or {}))
+    return load_train_settings(_rl_preset_path(cfg.rl.preset), merged)
+
+
+def pipeline_inference(cfg: PipelineConfig) -> Any:
+    """How every evaluation of this pipeline lets a model answer: the RL preset's model and
+    generation settings (:class:`~odyssey_core.eval.inference.InferenceSettings`)."""
+    from odyssey_core.eval.inference import InferenceSettings
+
+    source = f"RL preset {cfg.rl.preset}" + (" with overrides" if cfg.rl.overrides else "")
+    return InferenceSettings.from_training(_rl_settings(cfg), source=source)
+
+
+def stage_games(cfg: PipelineConfig) -> dict[str, str]:
+    """The game each stage plays or reads, from the configs alone (nothing is run or checked
+    on this machine): curation (recorded or imported), SFT (its data are curation's), RL's
+    env and levels and prompt, the eval suite's main game. A stage that mixes games reports
+    them all, joined by ``+``."""
+    from odyssey_core.data.cli import import_entries, load_curate_config
+    from odyssey_core.eval.suites import load_suite
+
+    curate = load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+    curated = {curate.game}
+    if curate.source == "import" and curate.imports_file is None:
+        curated |= {e.game for e in import_entries(curate)}
+    rl = _rl_settings(cfg)
+    played = {rl.env.game, rl.model.game} | {level.split("-", 1)[0] for level in rl.levels}
+    suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
+    main = {suite.game} | {suite.section_game(s) for s in suite.sections if s.split != "other_game"}
+    return {
+        "curate": "+".join(sorted(curated)),
+        "sft": "+".join(sorted(curated)),
+        "rl": "+".join(sorted(played)),
+        "evaluate": "+".join(sorted(main)),
+    }
+
+
+class PipelineSettingsError(ValueError):
+    """Settings this machine lacks for the run (not transient: no retry helps)."""
+
+
+SML_ROM_VARIABLE = "ODYSSEY_SML_ROM"
+
+
+def check_pipeline(cfg: PipelineConfig, environ: Mapping[str, str] | None = None) -> None:
+    """Fail before any work when this machine lacks what the run needs, naming every missing
+    setting at once: the teacher's environment variables, the videos of an import, the Super
+    Mario Land ROM (``ODYSSEY_SML_ROM``) when a stage plays it, the base model folder; the RL
+    preset and the eval suite must load (their own checks: start-state files, ...)."""
+    import os
+
+    from odyssey_core.data.cli import curate_problems, load_curate_config
+    from odyssey_core.eval.suites import load_suite
+
+    env = os.environ if environ is None else environ
+    curate = load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+    problems = curate_problems(curate, dict(env))
+    rl = _rl_settings(cfg)
+    suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
+    mario = (
+        (curate.source == "record" and curate.game == "mario")
+        or any(level.startswith("mario-") for level in rl.levels)
+        or suite.game == "mario"
+    )
+    if mario:
+        rom = rl.env.rom_path or env.get(SML_ROM_VARIABLE)
+        if not rom:
+            problems.append(
+                f"environment variable {SML_ROM_VARIABLE} is not set: your Super Mario Land ROM"
+            )
+        elif not Path(rom).is_file():
+            problems.append(f"{SML_ROM_VARIABLE}: no ROM file at {rom}")
+    if cfg.sft.base_model is not None and not (Path(cfg.sft.base_model) / "config.json").is_file():
+        problems.append(f"sft.base_model: no model folder (config.json) at {cfg.sft.base_model}")
+    if problems:
+        raise PipelineSettingsError(
+            f"pipeline {cfg.name!r} cannot start on this machine:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+
+
 # -- curation stages ----------------------------------------------------------------------------
 #
 # Curation is five stages, each a separate unit of work (and Prefect task): it has its own
@@ -152,9 +249,13 @@ def _curation(name: str) -> Stage:
 
 
 def _curate_config(cfg: PipelineConfig) -> Any:
+    """The curation config with the teacher's settings read from the environment (so a new
+    teacher model or endpoint is a new fingerprint; the key is never in it)."""
     from odyssey_core.data.cli import load_curate_config
+    from odyssey_core.data.teachers import resolve_teacher
 
-    return load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+    config = load_curate_config(cfg.curate.preset, cfg.curate.overrides)
+    return config.model_copy(update={"teacher": resolve_teacher(config.teacher)})
 
 
 def _section(config: Any, *names: str) -> dict[str, Any]:
@@ -195,12 +296,16 @@ def _level_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def stage_record(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
-    """Record (or import) the walkthrough videos; returns ``walkthroughs_uri``."""
-    from odyssey_core.data.cli import run_record
+    """Check the run's settings (:func:`check_pipeline`), then record (or import) the
+    walkthrough videos; returns ``walkthroughs_uri``."""
+    from odyssey_core.data.cli import import_entries, run_record
     from odyssey_core.data.walkthroughs import load_walkthroughs
 
+    check_pipeline(cfg)
     config = _curate_config(cfg)
     params = _section(config, "game", "source", "record", "imports")
+    if config.source == "import":  # what the imports_file lists is an input too
+        params["imports"] = [e.model_dump(mode="json") for e in import_entries(config)]
 
     def body(ctx: StageContext) -> dict[str, Any]:
         _fresh(ctx.work / "out" / "walkthroughs")
@@ -508,14 +613,12 @@ def stage_rl(
     cfg: PipelineConfig, model_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``."""
-    from odyssey_core.recipes.odysseus.settings import load_train_settings
     from odyssey_core.recipes.odysseus.train import build_trainer
     from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
 
     def body(ctx: StageContext) -> dict[str, Any]:
         sft_model = ctx.fetch("model", ctx.work / "sft-model")
-        overrides = deep_merge(cfg.rl.overrides, {"model": {"path": str(sft_model.resolve())}})
-        settings = load_train_settings(_rl_preset_path(cfg.rl.preset), overrides)
+        settings = _rl_settings(cfg, {"model": {"path": str(sft_model.resolve())}})
         ctx.run.log_params(settings)
         bar = step_bar("rl", settings.steps)
 
@@ -571,24 +674,20 @@ def _episode_scores(results: Any, agent: str) -> list[float]:
 def evaluate_checkpoint(
     cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path
 ) -> dict[str, Any]:
-    """Evaluate one model folder of the store on the configured suite, no marker: returns
-    per-episode scores, their mean, the flat metrics and the report folder."""
+    """Evaluate one model folder of the store on the configured suite, no marker, with the
+    RL preset's inference settings: returns per-episode scores, their mean, the flat metrics,
+    the report folder and the inference settings used."""
     from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
     from odyssey_core.eval.report import write_report
     from odyssey_core.eval.runner import evaluate_suite
     from odyssey_core.eval.suites import load_suite
-    from odyssey_core.policy.base import GenerationParams
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model = fetch(cfg, model_uri, out_dir / "model")
     suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
-    params = (
-        GenerationParams(max_new_tokens=cfg.eval.max_new_tokens)
-        if cfg.eval.max_new_tokens
-        else None
-    )
+    inference = pipeline_inference(cfg)
     agent = build_policy_agent(
-        parse_agent_spec(f"hf:{model.resolve()}", label=label), game=cfg.game, params=params
+        parse_agent_spec(f"hf:{model.resolve()}", label=label), game=cfg.game, inference=inference
     )
     results = evaluate_suite(suite, [agent], runs=cfg.eval.runs, vector=cfg.eval.vector)
     report = write_report(results, out_dir / "report", videos=False, plots=False)
@@ -601,6 +700,7 @@ def evaluate_checkpoint(
         "metrics": numeric(results.metrics()),
         "report_dir": str(out_dir / "report"),
         "report_markdown": str(report.markdown),
+        "inference": inference.model_dump(mode="json"),
     }
 
 
@@ -608,7 +708,11 @@ def stage_evaluate(
     cfg: PipelineConfig, checkpoint_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean."""
-    params = cfg.eval.model_dump(mode="json")
+    # how the model answers is part of what the stage depends on
+    params = {
+        **cfg.eval.model_dump(mode="json"),
+        "inference": pipeline_inference(cfg).model_dump(mode="json"),
+    }
 
     def body(ctx: StageContext) -> dict[str, Any]:
         out = ctx.work / "candidate"
@@ -739,7 +843,11 @@ def nightly_evaluate(
     for label, version in targets.items():
         uri = registry.checkpoint_uri(cfg.game, version)
         evaluated = evaluate_checkpoint(cfg, uri, label, out / label)
-        rows[label] = {"version": version, "mean": evaluated["mean"]}
+        rows[label] = {
+            "version": version,
+            "mean": evaluated["mean"],
+            "inference": evaluated.get("inference"),
+        }
         series.log_metrics(numeric({f"{label}_mean": evaluated["mean"]}), step=step)
         log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
     tags = registry.client.get_model_version(name, str(champion)).tags or {}
@@ -766,4 +874,21 @@ def nightly_table(result: Mapping[str, Any]) -> str:
     for label, row in result["evaluated"].items():
         rows.append(f"| {label} | {row['version']} | {row['mean']:.4g} |")
     rows.append(f"| champion (recorded) | {result['champion']} | {result['recorded']:.4g} |")
+    inference = next(iter(result["evaluated"].values()), {}).get("inference")
+    if inference:
+        rows.append("")
+        rows.append(
+            f"inference settings of {inference.get('source')}: "
+            + ", ".join(
+                f"{k} {inference[k]}"
+                for k in (
+                    "image_scale",
+                    "max_new_tokens",
+                    "temperature",
+                    "top_p",
+                    "device",
+                    "dtype",
+                )
+            )
+        )
     return "\n".join(rows)

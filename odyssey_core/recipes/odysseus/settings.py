@@ -13,7 +13,13 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from odyssey_core.config import GameBoyEnvConfig, StrictModel, load_preset
+from odyssey_core.config import (
+    GameBoyEnvConfig,
+    StrictModel,
+    config_dir,
+    load_preset,
+    resolve_data_path,
+)
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.rl.advantages import ESTIMATORS
@@ -151,8 +157,14 @@ class RLTrainSettings(StrictModel):
         if unknown:
             raise ValueError(f"rollout.start_states names levels not trained on: {sorted(unknown)}")
         for level, path in self.rollout.start_states.items():
-            if not Path(path).is_file():
-                raise ValueError(f"rollout.start_states[{level!r}]: no save-state file at {path}")
+            found = resolve_data_path(path)
+            if not found.is_file():
+                raise ValueError(
+                    f"rollout.start_states[{level!r}]: no save-state file at {path} (looked in "
+                    f"the working directory and under {config_dir().parent}); record one with "
+                    "`python -m odyssey_core.eval.scenarios --env <level> --turns N --out <file>`"
+                )
+            self.rollout.start_states[level] = found
         return self
 
     @property

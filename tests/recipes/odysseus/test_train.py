@@ -50,7 +50,7 @@ def test_paper_preset_carries_table_9() -> None:
     assert (s.steps, s.rollout.max_turns, s.rollout.generation.max_new_tokens) == (190, 400, 4096)
     assert (s.rollout.num_trajectories, s.ppo.minibatch_size, s.ppo.lr) == (1024, 4096, 1e-6)
     assert (s.ppo.gamma, s.ppo.eps_low, s.ppo.eps_high, s.ppo.epochs) == (0.95, 0.2, 0.28, 1)
-    assert s.estimator == "ppo_critic_pos" and s.curriculum.enabled and len(s.levels) == 10
+    assert s.estimator == "ppo_critic_pos" and s.curriculum.enabled and len(s.levels) == 5
     assert s.critic.hidden_dim == 512 and s.critic.lr == 3e-4  # Table 7, inherited
 
 
@@ -228,3 +228,15 @@ def test_episodes_start_from_save_states_and_a_turn_sample_budget_stops_training
     bad = small_preset(tmp_path, tiny_model_dir, "bad.yaml", rollout={"start_states": {"x": "y"}})
     with pytest.raises(ValueError, match="not trained on"):
         load_train_settings(bad)
+
+
+def test_shipped_start_states_resolve_from_any_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # not the repository root
+    (path,) = load_train_settings("compare").rollout.start_states.values()
+    assert path.is_absolute() and path.is_file() and path.suffix == ".state"
+    with pytest.raises(ValueError, match=r"no save-state file at nowhere\.state"):
+        load_train_settings(
+            "compare", {"rollout": {"start_states": {"odland-1-3": "nowhere.state"}}}
+        )
