@@ -48,23 +48,16 @@ QUIET = {
 
 
 def _direct(run_dir: Path) -> dict:
-    from odyssey_core.recipes.odysseus.pipeline import (
-        load_pipeline_config,
-        stage_curate,
-        stage_evaluate,
-        stage_promote,
-        stage_rl,
-        stage_sft,
-    )
+    from odyssey_core.recipes.odysseus import pipeline as p
     from odyssey_core.stages import parent_run
 
-    cfg = load_pipeline_config("tiny", {"run_dir": str(run_dir)})
+    cfg = p.load_pipeline_config("tiny", {"run_dir": str(run_dir)})
     with parent_run(cfg, "train-odysseus") as parent:
-        curate = stage_curate(cfg, parent_run_id=parent)
-        sft = stage_sft(cfg, curate["dataset_uri"], parent_run_id=parent)
-        rl = stage_rl(cfg, sft["model_uri"], parent_run_id=parent)
-        evaluation = stage_evaluate(cfg, rl["checkpoint_uri"], parent_run_id=parent)
-        return stage_promote(
+        curate = p.stage_curate(cfg, parent_run_id=parent)
+        sft = p.stage_sft(cfg, curate["dataset_uri"], parent_run_id=parent)
+        rl = p.stage_rl(cfg, sft["model_uri"], parent_run_id=parent)
+        evaluation = p.stage_evaluate(cfg, rl["checkpoint_uri"], parent_run_id=parent)
+        return p.stage_promote(
             cfg, rl["checkpoint_uri"], evaluation, sft["base_model_uri"], parent_run_id=parent
         )
 

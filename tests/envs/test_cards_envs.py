@@ -12,16 +12,16 @@ import pytest
 
 from odyssey_core.envs import ENVIRONMENTS, make_env
 from odyssey_core.envs.base import Observation
-from odyssey_core.envs.cards import (
-    CARDS_ENVS,
+from odyssey_core.envs.cards import solver
+from odyssey_core.envs.cards.games import (
     BlackjackEnv,
     EZPointsEnv,
     NumberlineEnv,
     Points24Env,
-    solver,
+    hand_total,
 )
-from odyssey_core.envs.cards.games import hand_total
 from odyssey_core.envs.cards.render import Card
+from odyssey_core.envs.cards.specs import CARDS_ENVS
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 

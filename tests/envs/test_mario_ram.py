@@ -9,9 +9,9 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
 import torch
+from helpers_batches import facts_batch
 
 from odyssey_core.envs.pyboy.levels import MARIO_LEVELS
 from odyssey_core.envs.pyboy.mario import (
@@ -33,7 +33,6 @@ from odyssey_core.envs.pyboy.mario import (
 )
 from odyssey_core.eval.report import table_rows
 from odyssey_core.eval.stats import level_stats, table_from_cells
-from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import default_info_extras
 from odyssey_core.rollout.metrics import RolloutMetrics
 
@@ -194,21 +193,13 @@ def test_rollout_metrics_get_the_progress_fraction(game) -> None:
         for env, p in final.items()
     ]
     n = len(extras)
-    empty = [torch.zeros(0, dtype=torch.long)] * n
-    batch = TurnBatch(
-        episode_ids=torch.arange(n),
-        turn_index=torch.zeros(n, dtype=torch.long),
-        levels=list(final),
-        frames=[np.zeros((2, 2, 3), np.uint8)] * n,
-        prompt_ids=empty,
-        response_ids=empty,
-        thought_mask=[torch.zeros(0, dtype=torch.bool)] * n,
-        action_mask=[torch.zeros(0, dtype=torch.bool)] * n,
-        behaviour_logprobs=[torch.zeros(0)] * n,
-        rewards=torch.zeros(n),
-        terminated=torch.ones(n, dtype=torch.bool),
-        truncated=torch.zeros(n, dtype=torch.bool),
-        extras=extras,
+    batch = facts_batch(
+        list(range(n)),
+        [0] * n,
+        list(final),
+        extras,
+        torch.zeros(n),
+        torch.ones(n, dtype=torch.bool),
     )
     metrics = RolloutMetrics.from_batch(batch)
     assert metrics.per_level["mario-1-1"].max_progress == 2351.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import closing
 from pathlib import Path
 
 import pytest
@@ -95,8 +96,7 @@ def test_mario_accepts_a_rom_with_the_right_header(monkeypatch, tmp_path: Path) 
 
 @pytest.mark.needs_sml
 def test_real_mario_level_start_and_progress(sml_rom: Path) -> None:
-    env = make_env("mario-1-1", rom_path=sml_rom, max_turns=30)
-    try:
+    with closing(make_env("mario-1-1", rom_path=sml_rom, max_turns=30)) as env:
         _, info = env.reset(seed=0)
         start = info["progress"]
         total = 0.0
@@ -107,14 +107,11 @@ def test_real_mario_level_start_and_progress(sml_rom: Path) -> None:
                 break
         assert info["progress"] > start
         assert total == pytest.approx(10 * (info["progress"] - start))
-    finally:
-        env.close()
 
 
 @pytest.mark.needs_sml
 def test_all_ten_mario_levels_start(sml_rom: Path) -> None:
-    env = make_env("mario-1-1", rom_path=sml_rom, max_turns=10)
-    try:
+    with closing(make_env("mario-1-1", rom_path=sml_rom, max_turns=10)) as env:
         for level in MARIO_LEVELS:
             observation, info = env.reset(options={"level": level})
             assert info["level"] == level and level in observation.text
@@ -126,15 +123,12 @@ def test_all_ten_mario_levels_start(sml_rom: Path) -> None:
             _, reward, terminated, _, after = env.step(("right",))
             assert not terminated and after["world"] == world_level(level)
             assert reward == 10 * (after["progress"] - info["progress"]) and reward >= 0
-    finally:
-        env.close()
 
 
 @pytest.mark.needs_sml
 def test_mario_ram_decoding_agrees_with_pyboy_after_a_tick(sml_rom: Path) -> None:
     """Right after a tick PyBoy's wrapper is fresh: our decoding must say what it says."""
-    env = make_env("mario-1-1", rom_path=sml_rom, max_turns=60)
-    try:
+    with closing(make_env("mario-1-1", rom_path=sml_rom, max_turns=60)) as env:
         env.reset(seed=0)
         for action in [("b", "right")] * 20 + [("a", "right"), ("left",), ("noop",)] * 3:
             _, _, terminated, truncated, info = env.step(action)
@@ -145,5 +139,3 @@ def test_mario_ram_decoding_agrees_with_pyboy_after_a_tick(sml_rom: Path) -> Non
             assert info["time_left"] == wrapper.time_left
             if terminated or truncated:
                 break
-    finally:
-        env.close()

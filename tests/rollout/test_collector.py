@@ -9,6 +9,7 @@ import model_fixtures
 import numpy as np
 import pytest
 import torch
+from helpers_batches import facts_batch
 
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.policy import GenerationParams
@@ -259,21 +260,13 @@ def test_metrics_count_goals_and_deaths() -> None:
                 }
             )
     n = len(rows["ids"])
-    empty = [torch.zeros(0, dtype=torch.long)] * n
-    batch = TurnBatch(
-        episode_ids=torch.tensor(rows["ids"]),
-        turn_index=torch.tensor(rows["turns"]),
-        levels=rows["levels"],
-        frames=[np.zeros((2, 2, 3), np.uint8)] * n,
-        prompt_ids=empty,
-        response_ids=empty,
-        thought_mask=[torch.zeros(0, dtype=torch.bool)] * n,
-        action_mask=[torch.zeros(0, dtype=torch.bool)] * n,
-        behaviour_logprobs=[torch.zeros(0)] * n,
-        rewards=torch.ones(n),
-        terminated=torch.tensor(rows["ends"]),
-        truncated=torch.zeros(n, dtype=torch.bool),
-        extras=rows["extras"],
+    batch = facts_batch(
+        rows["ids"],
+        rows["turns"],
+        rows["levels"],
+        rows["extras"],
+        torch.ones(n),
+        torch.tensor(rows["ends"]),
     )
     metrics = RolloutMetrics.from_batch(batch)
     level_1 = metrics.per_level["odland-1-1"]

@@ -7,22 +7,6 @@ Gymnasium as ``odyssey/<name>``).
 
 from __future__ import annotations
 
-from odyssey_core.envs.cards.games import (
-    BlackjackEnv,
-    CardsEnv,
-    EZPointsEnv,
-    FormulaEnv,
-    NumberlineEnv,
-    Points24Env,
-)
 from odyssey_core.envs.cards.specs import CARDS_ENVS
 
-__all__ = [
-    "CARDS_ENVS",
-    "BlackjackEnv",
-    "CardsEnv",
-    "EZPointsEnv",
-    "FormulaEnv",
-    "NumberlineEnv",
-    "Points24Env",
-]
+__all__ = ["CARDS_ENVS"]  # the env classes live in odyssey_core.envs.cards.games

@@ -16,14 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from odyssey_core.envs.cards.games import (
-    BlackjackEnv,
-    CardsEnv,
-    EZPointsEnv,
-    FormulaEnv,
-    NumberlineEnv,
-    Points24Env,
-)
+from odyssey_core.envs.cards import games
 from odyssey_core.recipes.gtr.alfworld_corrector import ALFWORLD_SYSTEM_PROMPT
 
 __all__ = [
@@ -43,11 +36,11 @@ _FORMULA_REASONING = (
     'token and why>". '
 )
 
-_GAMES: dict[str, type[CardsEnv]] = {
-    "numberline": NumberlineEnv,
-    "ezpoints": EZPointsEnv,
-    "points24": Points24Env,
-    "blackjack": BlackjackEnv,
+_GAMES: dict[str, type[games.CardsEnv]] = {
+    "numberline": games.NumberlineEnv,
+    "ezpoints": games.EZPointsEnv,
+    "points24": games.Points24Env,
+    "blackjack": games.BlackjackEnv,
 }
 
 
@@ -67,12 +60,12 @@ def _key(game: str) -> str:
     return key
 
 
-def cards_env(game: str, env_kwargs: Mapping[str, Any] | None = None) -> CardsEnv:
+def cards_env(game: str, env_kwargs: Mapping[str, Any] | None = None) -> games.CardsEnv:
     """The env a prompt describes (built, never reset: nothing is drawn or rendered)."""
     return _GAMES[_key(game)](**dict(env_kwargs or {}))
 
 
-def _formula_prompt(env: FormulaEnv, title: str, cards: str) -> str:
+def _formula_prompt(env: games.FormulaEnv, title: str, cards: str) -> str:
     numbers = [a for a in env.legal_actions if a.isdigit()]
     operators = [a for a in env.legal_actions if a in env.operators]
     parens = [a for a in env.legal_actions if a in ("(", ")")]
@@ -88,12 +81,12 @@ def _formula_prompt(env: FormulaEnv, title: str, cards: str) -> str:
     )
 
 
-def _prompt(env: CardsEnv) -> str:
-    if isinstance(env, EZPointsEnv):
+def _prompt(env: games.CardsEnv) -> str:
+    if isinstance(env, games.EZPointsEnv):
         return _formula_prompt(env, "EZPoints", "two playing cards")
-    if isinstance(env, Points24Env):
+    if isinstance(env, games.Points24Env):
         return _formula_prompt(env, "Points24", "four playing cards")
-    if isinstance(env, NumberlineEnv):
+    if isinstance(env, games.NumberlineEnv):
         plus, minus = env.legal_actions
         return (
             "You play Numberline from a picture. The picture shows a target number and the "
@@ -102,7 +95,7 @@ def _prompt(env: CardsEnv) -> str:
             'as: "target": <n>, "current": <n>, "thoughts": "<which way to move and why>". '
             + _ANSWER
         )
-    if isinstance(env, BlackjackEnv):
+    if isinstance(env, games.BlackjackEnv):
         return (
             "You play Blackjack from a picture of the dealer's visible card and your own cards. "
             "Each move is 'hit' (take a card) or 'stand' (stop). Get closer to 21 than the "

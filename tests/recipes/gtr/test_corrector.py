@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from odyssey_core.envs.cards import (
+from odyssey_core.envs.cards.games import (
     BlackjackEnv,
     EZPointsEnv,
     NumberlineEnv,
