@@ -62,7 +62,9 @@ def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, 
         results["rl"] = rl_task(cfg, results["sft"]["model_uri"], parent_run_id=parent)
     if wanted("evaluate"):
         checkpoint = results["rl"]["checkpoint_uri"]
-        results["evaluate"] = evaluate_task(cfg, checkpoint, parent_run_id=parent)
+        results["evaluate"] = evaluate_task(
+            cfg, checkpoint, results["rl"].get("mlflow_run_id"), parent_run_id=parent
+        )
     if wanted("promote"):
         results["promote"] = promote_task(
             cfg,

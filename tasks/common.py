@@ -1,29 +1,68 @@
 """What every recipe's Prefect tasks share: the retry condition (transient failures only), the
 cache policy and the retry/cache settings, and posting a stage's report on the flow run's page.
 
-Two layers make a rerun cheap: Prefect's result cache (keyed on the task inputs, results
-persisted under ``PREFECT_HOME``) skips a task whose inputs it has seen, and the stage's own
-done marker (:func:`odyssey_core.stages.run_stage`) skips the work when the cache is cold (a
-new Prefect home, another worker). Retries are only for transient failures: a deterministic
-error (a bad config, a shape mismatch) fails at once instead of burning three more hours of RL.
+Two layers make a rerun cheap: Prefect's result cache (results persisted under
+``PREFECT_HOME``) skips a task whose inputs it has seen, and the stage's own done marker
+(:func:`odyssey_core.stages.run_stage`) skips the work when the cache is cold (a new Prefect
+home, another worker). The cache key is :func:`stage_cache_key`: the inputs with every store URI
+replaced by the publication it holds now (a stage's URI stays the same when its stage reruns,
+so keying on URIs would answer for stale weights), and it expires after ``CACHE_EXPIRATION``.
+Retries are only for transient failures: a deterministic error (a bad config, a shape
+mismatch) fails at once instead of burning three more hours of RL.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from prefect import Task
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import INPUTS
 from prefect.client.schemas.objects import TaskRun
+from prefect.context import TaskRunContext
 from prefect.states import State
+from pydantic import BaseModel
 
-__all__ = ["CACHE", "STAGE_TASK", "is_transient_error", "post_report", "retry_on_transient"]
+from odyssey_core.stages import RunConfig, fingerprint, publication
 
-# The MLflow parent run differs on every flow run; it must not change the cache key.
-CACHE = INPUTS - "parent_run_id"
+__all__ = [
+    "CACHE_EXPIRATION",
+    "STAGE_TASK",
+    "is_transient_error",
+    "post_report",
+    "retry_on_transient",
+    "stage_cache_key",
+]
+
+#: how long Prefect's result cache may answer for a stage before it runs again (the stage's done
+#: marker still skips the work when nothing changed)
+CACHE_EXPIRATION = timedelta(days=7)
+
+
+def _published(cfg: RunConfig | None, value: Any) -> Any:
+    """``value`` with each store URI replaced by the publication it holds now."""
+    if isinstance(value, str) and "://" in value and cfg is not None:
+        try:
+            return {"uri": value, "publication": publication(cfg, value)}
+        except Exception:  # not a published folder (a file, a local path): the URI itself
+            return value
+    if isinstance(value, Mapping):
+        return {k: _published(cfg, v) for k, v in value.items()}
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return value
+
+
+def stage_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    """The task, its config and its inputs as published now; the MLflow parent run (new on
+    every flow run) is left out."""
+    cfg = parameters.get("cfg")
+    cfg = cfg if isinstance(cfg, RunConfig) else None
+    inputs = {k: _published(cfg, v) for k, v in parameters.items() if k != "parent_run_id"}
+    return f"{context.task.name}-{fingerprint(inputs)}"
+
 
 _TRANSIENT_CODES = {
     "SlowDown",
@@ -96,17 +135,29 @@ STAGE_TASK: dict[str, Any] = {
     "retries": 2,
     "retry_delay_seconds": [30, 120],
     "retry_condition_fn": retry_on_transient,
-    "cache_policy": CACHE,
+    "cache_key_fn": stage_cache_key,
+    "cache_expiration": CACHE_EXPIRATION,
     "persist_result": True,
 }
 
 
 def post_report(outputs: Mapping[str, Any], key: str, checkpoint_uri: str) -> None:
-    """Show a stage's Markdown report (``outputs["report_markdown"]``) on the flow run's page."""
+    """Show a stage's Markdown report (``outputs["report_markdown"]``) on the flow run's page,
+    with links to the published report folder (its plots and videos are files beside it)."""
     report = Path(outputs.get("report_markdown", ""))
     if report.is_file():
+        markdown = report.read_text()
+        folder = outputs.get("report_uri")
+        if folder:
+            files = sorted(
+                str(p.relative_to(report.parent))
+                for p in report.parent.rglob("*")
+                if p.suffix in {".png", ".mp4", ".html"}
+            )
+            markdown += f"\n\n## Files\n\nThe whole report is published at `{folder}`:\n\n"
+            markdown += "".join(f"- `{folder.rstrip('/')}/{name}`\n" for name in files)
         create_markdown_artifact(
             key=key.lower().replace("_", "-"),
-            markdown=report.read_text(),
+            markdown=markdown,
             description=f"evaluation of {checkpoint_uri}",
         )

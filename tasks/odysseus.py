@@ -61,9 +61,14 @@ promote_task = task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)(pip
 
 @task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
 def evaluate_task(
-    cfg: PipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
+    cfg: PipelineConfig,
+    checkpoint_uri: str,
+    training_run_id: str | None = None,
+    parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    outputs = pipeline.stage_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
+    outputs = pipeline.stage_evaluate(
+        cfg, checkpoint_uri, training_run_id=training_run_id, parent_run_id=parent_run_id
+    )
     post_report(outputs, f"evaluation-{cfg.name}", checkpoint_uri)  # the Table-2 style report
     return outputs
 

@@ -51,3 +51,32 @@ def test_play_episode_flow_writes_a_video_and_an_artifact(prefect_server, tmp_pa
 
     keys = {a.key for a in asyncio.run(artifacts())}
     assert "episode-odland-1-1-random" in keys
+
+
+def test_the_stage_cache_key_follows_publications_not_uris(tmp_path: Path) -> None:
+    """A stage's URI stays the same when its stage reruns; the cache key must not: it follows
+    the publication the URI holds, ignores the MLflow parent run, and the cache expires."""
+    from types import SimpleNamespace
+
+    from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
+    from odyssey_core.stages import run_store
+    from tasks.common import STAGE_TASK, stage_cache_key
+
+    cfg = load_pipeline_config("tiny", {"run_dir": str(tmp_path / "run")})
+    store = run_store(cfg, "rl")
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "model.safetensors").write_text("first")
+    uri = store.put_dir(weights, "checkpoint")
+    context = SimpleNamespace(task=SimpleNamespace(name="evaluate"))
+
+    def key(parent: str) -> str:
+        params = {"cfg": cfg, "checkpoint_uri": uri, "parent_run_id": parent}
+        return stage_cache_key(context, params)  # type: ignore[arg-type]
+
+    first = key("run-a")
+    assert key("run-b") == first  # another flow run, same inputs: the cache answers
+    (weights / "model.safetensors").write_text("retrained")
+    assert store.put_dir(weights, "checkpoint") == uri  # same URI, new publication
+    assert key("run-a") != first  # so the cache does not answer for the old weights
+    assert STAGE_TASK["cache_expiration"].total_seconds() > 0

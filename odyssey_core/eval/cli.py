@@ -51,6 +51,12 @@ import click
     default=None,
     help="TRACKING_URI#RUN_ID of the MLflow run that trained the model: adds its curves",
 )
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help="log the metrics and the whole report to a new MLflow run there (experiment "
+    "'odyssey-eval')",
+)
 def eval_command(
     suite: str,
     agents: tuple[str, ...],
@@ -67,6 +73,7 @@ def eval_command(
     sections: tuple[str, ...],
     no_videos: bool,
     training_run: str | None,
+    tracking_uri: str | None,
 ) -> None:
     """Evaluate agents on SUITE (a name under configs/eval, e.g. odland, or a YAML path)."""
     from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
@@ -145,3 +152,11 @@ def eval_command(
     files = write_report(results, out_dir, videos=not no_videos, training_run=run_ref)
     click.echo(terminal_report(results))
     click.echo(f"report: {files.markdown} and {files.html} ({len(files.metrics)} metrics)")
+    if tracking_uri is not None:
+        from odyssey_core.registry.tracking import Tracker
+
+        tracker = Tracker(tracking_uri, experiment="odyssey-eval")
+        with tracker.run(f"eval-{results.suite.name}", tags={"odyssey.suite": suite}) as run:
+            run.log_metrics(files.metrics)
+            run.log_artifact(out_dir, "report")
+        click.echo(f"logged to MLflow run {run.run_id} at {tracking_uri}")

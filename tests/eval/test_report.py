@@ -116,11 +116,20 @@ def test_eval_command_runs_a_suite(odland_rom, tmp_path, monkeypatch) -> None:
         "sections:\n  - {name: start, levels: ['1-1']}\n"
     )
     out = tmp_path / "out"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     result = CliRunner().invoke(
-        eval_command, [str(suite), "--agent", "random", "--out", str(out), "--no-videos"]
+        eval_command,
+        [str(suite), "--agent", "random", "--out", str(out), "--no-videos", "--tracking-uri", uri],
     )
     assert result.exit_code == 0, result.output
     assert "random" in result.output and (out / "report.md").is_file()
+    from mlflow.tracking import MlflowClient  # the report and metrics went to an MLflow run
+
+    client = MlflowClient(tracking_uri=uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("odyssey-eval").experiment_id])
+    assert run.data.metrics and run.info.run_name == "eval-s"
+    logged = {a.path for a in client.list_artifacts(run.info.run_id, "report")}
+    assert {"report/report.md", "report/report.html"} <= logged
 
 
 def test_training_curves_from_a_real_mlflow_run(tmp_path) -> None:

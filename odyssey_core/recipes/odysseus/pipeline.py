@@ -644,7 +644,12 @@ def stage_rl(
         uri = ctx.publish_dir(policy_dir(checkpoint), f"checkpoint-{ctx.tag}", ref="checkpoint")
         ctx.run.log_metrics({"steps": float(steps)})
         ctx.keep(checkpoint)
-        return {"checkpoint_uri": uri, "steps": steps, "checkpoint": checkpoint.name}
+        return {
+            "checkpoint_uri": uri,
+            "steps": steps,
+            "checkpoint": checkpoint.name,
+            "mlflow_run_id": ctx.run.run_id,  # its metrics are the report's training curves
+        }
 
     # the SFT model's publication is an input: a retrained SFT model (same URI) trains RL again
     return run_stage(
@@ -672,11 +677,18 @@ def _episode_scores(results: Any, agent: str) -> list[float]:
 
 
 def evaluate_checkpoint(
-    cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path
+    cfg: PipelineConfig,
+    model_uri: str,
+    label: str,
+    out_dir: Path,
+    *,
+    training_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate one model folder of the store on the configured suite, no marker, with the
     RL preset's inference settings: returns per-episode scores, their mean, the flat metrics,
-    the report folder and the inference settings used."""
+    the report folder and the inference settings used. The report is the full one: the
+    tables, their bar plots, the suite's annotated episode videos, and the training curves of
+    ``training_run_id`` (the MLflow run that trained the model) when given."""
     from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
     from odyssey_core.eval.report import write_report
     from odyssey_core.eval.runner import evaluate_suite
@@ -690,7 +702,8 @@ def evaluate_checkpoint(
         parse_agent_spec(f"hf:{model.resolve()}", label=label), game=cfg.game, inference=inference
     )
     results = evaluate_suite(suite, [agent], runs=cfg.eval.runs, vector=cfg.eval.vector)
-    report = write_report(results, out_dir / "report", videos=False, plots=False)
+    training_run = None if training_run_id is None else (cfg.mlflow_uri, training_run_id)
+    report = write_report(results, out_dir / "report", training_run=training_run)
     scores = _episode_scores(results, label)
     mean = statistics.fmean(scores) if scores else float("nan")
     (out_dir / "scores.json").write_text(json.dumps({"label": label, "scores": scores}))
@@ -705,9 +718,15 @@ def evaluate_checkpoint(
 
 
 def stage_evaluate(
-    cfg: PipelineConfig, checkpoint_uri: str, *, parent_run_id: str | None = None
+    cfg: PipelineConfig,
+    checkpoint_uri: str,
+    *,
+    training_run_id: str | None = None,
+    parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean."""
+    """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean. The
+    whole report (tables, plots, videos, and the curves of ``training_run_id``, the RL stage's
+    MLflow run) is logged to the stage's MLflow run and published."""
     # how the model answers is part of what the stage depends on
     params = {
         **cfg.eval.model_dump(mode="json"),
@@ -716,9 +735,11 @@ def stage_evaluate(
 
     def body(ctx: StageContext) -> dict[str, Any]:
         out = ctx.work / "candidate"
-        evaluated = evaluate_checkpoint(cfg, checkpoint_uri, "candidate", out)
+        evaluated = evaluate_checkpoint(
+            cfg, checkpoint_uri, "candidate", out, training_run_id=training_run_id
+        )
         ctx.run.log_metrics(numeric({**evaluated["metrics"], SCORE_KEY: evaluated["mean"]}))
-        ctx.run.log_artifact(evaluated["report_markdown"], "reports")
+        ctx.run.log_artifact(evaluated["report_dir"], "report")
         report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
         scores_uri = ctx.publish_file(out / "scores.json", "scores.json")
         ctx.keep(out / "scores.json")
@@ -847,8 +868,10 @@ def nightly_evaluate(
             "version": version,
             "mean": evaluated["mean"],
             "inference": evaluated.get("inference"),
+            "report_markdown": evaluated["report_markdown"],
         }
         series.log_metrics(numeric({f"{label}_mean": evaluated["mean"]}), step=step)
+        series.log_artifact(evaluated["report_dir"], f"reports/{out.name}/{label}")
         log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
     tags = registry.client.get_model_version(name, str(champion)).tags or {}
     recorded = float(tags.get(f"metric.{SCORE_KEY}", "nan"))

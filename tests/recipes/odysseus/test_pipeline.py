@@ -352,6 +352,16 @@ def test_train_odysseus_flow_runs_and_reruns_from_cache(prefect_server, tmp_path
     assert order[:5] == list(CURATION_TASKS)
     assert first["build-dataset"]["num_samples"] == 20
     cfg = tiny(tmp_path / "run")
+    # the full report: tables, the bar plot, the RL run's training curves, logged to MLflow
+    report = Path(first["evaluate"]["report_markdown"])
+    text = report.read_text()
+    assert "![training curves](training_curves.png)" in text
+    assert (report.parent / "training_curves.png").is_file()
+    assert any(report.parent.glob("*.png")) and (report.parent / "report.html").is_file()
+    evaluate_run = next(r for r in stage_runs(cfg) if r.info.run_name.endswith("evaluate"))
+    client = ModelRegistry(cfg.mlflow_uri).client
+    logged = {a.path for a in client.list_artifacts(evaluate_run.info.run_id, "report")}
+    assert {"report/report.md", "report/report.html", "report/training_curves.png"} <= logged
     marker = (cfg.run_dir / "promote" / DONE_MARKER).stat().st_mtime_ns
     rerun = train_odysseus_flow(preset="tiny", overrides=overrides, return_state=True)
     again = rerun.result()
