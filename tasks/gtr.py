@@ -12,9 +12,15 @@ from prefect import task
 
 from odyssey_core.recipes.gtr import pipeline
 from odyssey_core.recipes.gtr.pipeline import GTRPipelineConfig
-from tasks.common import STAGE_TASK, post_report
+from tasks.common import STAGE_TASK, post_report, retry_on_transient
 
-__all__ = ["gtr_evaluate_task", "gtr_register_task", "gtr_sft_task", "gtr_train_task"]
+__all__ = [
+    "gtr_evaluate_task",
+    "gtr_nightly_task",
+    "gtr_register_task",
+    "gtr_sft_task",
+    "gtr_train_task",
+]
 
 
 # the SFT initialisation as its own task: its own timeout and retries; the train stage then
@@ -39,3 +45,19 @@ def gtr_evaluate_task(
 gtr_register_task = task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)(
     pipeline.stage_gtr_register
 )
+
+
+@task(
+    name="nightly-evaluate-gtr",
+    timeout_seconds=12 * 3600,
+    retries=2,
+    retry_delay_seconds=60,
+    retry_condition_fn=retry_on_transient,
+)
+def gtr_nightly_task(
+    preset: str, overrides: dict[str, Any] | None, margin: float | None = None
+) -> dict[str, Any]:
+    # no cache: the point is to evaluate again every night
+    return pipeline.nightly_evaluate(
+        pipeline.load_gtr_pipeline_config(preset, overrides), margin=margin, log_fn=print
+    )

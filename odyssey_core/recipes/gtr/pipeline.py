@@ -38,7 +38,8 @@ import hashlib
 import json
 import math
 import shutil
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,6 +53,7 @@ from odyssey_core.stages import (
     StageContext,
     fetch,
     fetch_json,
+    make_tracker,
     numeric,
     register_and_gate,
     run_stage,
@@ -65,6 +67,7 @@ __all__ = [
     "evaluate_gtr_model",
     "gtr_sft_settings",
     "load_gtr_pipeline_config",
+    "nightly_evaluate",
     "read_provenance",
     "stage_gtr_evaluate",
     "stage_gtr_register",
@@ -167,6 +170,16 @@ class GTRPromotionStage(PipelineSection):
     )
     margin: float | None = Field(default=None, ge=0, description="None: registry settings")
     alpha: float | None = Field(default=None, gt=0, lt=1)
+    nightly_margin: float = Field(
+        default=0.0,
+        ge=0,
+        description="how far below its recorded score the champion may fall at night before "
+        "the nightly run fails and alerts",
+    )
+
+
+#: the score a registered GTR version carries (``metric.eval.<key>`` tags of the register stage)
+GTR_SCORE_KEYS = {"return": "mean_return", "success": "success_rate"}
 
 
 class GTRPipelineConfig(RunConfig):
@@ -700,3 +713,83 @@ def stage_gtr_register(
         ],
         parent_run_id=parent_run_id,
     )
+
+
+# -- nightly ------------------------------------------------------------------------------------
+
+
+def nightly_evaluate(
+    cfg: GTRPipelineConfig,
+    out_dir: Path | None = None,
+    *,
+    margin: float | None = None,
+    log_fn: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The GTR counterpart of ``odysseus.pipeline.nightly_evaluate``: evaluate the champion of
+    ``cfg.game`` (and the candidate, if any) with ``evaluate_gtr_model`` on the configured deals,
+    log ``<label>_mean`` as one more point of the ``nightly-<game>`` MLflow run, and compare the
+    champion's mean ``promotion.metric`` with the one recorded on its version. ``margin`` (None:
+    ``promotion.nightly_margin``) is how far below it may fall before ``regressed``."""
+    from odyssey_core.registry.models import ModelRegistry
+
+    registry = ModelRegistry(cfg.mlflow_uri)
+    name = registry.model_name(cfg.game)
+    champion = registry.champion(cfg.game)
+    if champion is None:
+        raise RuntimeError(f"{name} has no champion to evaluate")
+    metric = cfg.promotion.metric
+    key = GTR_SCORE_KEYS[metric]
+    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
+    out = out_dir or Path(cfg.run_dir) / "nightly" / time.strftime("%Y%m%dT%H%M%S")
+    tracker = make_tracker(cfg)
+    found = tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`odyssey.nightly` = '{cfg.game}'"
+    )
+    series = (
+        tracker.attach(found[0].info.run_id)
+        if found
+        else tracker.start(f"nightly-{cfg.game}", tags={"odyssey.nightly": cfg.game})
+    )
+    step = len(tracker.metric_history(series.run_id, "champion_mean"))
+    targets = {"champion": champion}
+    candidate = registry.candidate(cfg.game)
+    if candidate is not None and candidate != champion:
+        targets["candidate"] = candidate
+    rows: dict[str, Any] = {}
+    for label, version in targets.items():
+        uri = registry.checkpoint_uri(cfg.game, version)
+        evaluated = evaluate_gtr_model(cfg, uri, label, out / label)
+        summary = evaluated["summary"]
+        rows[label] = {
+            "version": version,
+            "mean": float(summary[key]),
+            "inference": None,
+            "report_markdown": evaluated["report_markdown"],
+        }
+        series.log_artifact(out / label, f"reports/{out.name}/{label}")
+        series.log_metrics(
+            numeric(
+                {
+                    f"{label}_mean": summary[key],
+                    f"{label}_success_rate": summary.get("success_rate", math.nan),
+                }
+            ),
+            step=step,
+        )
+        log_fn(f"nightly {label} v{version}: {key} {summary[key]:.3f}")
+    tags = registry.client.get_model_version(name, str(champion)).tags or {}
+    recorded = float(tags.get(f"metric.eval.{key}", "nan"))
+    current = rows["champion"]["mean"]
+    regressed = math.isfinite(recorded) and recorded - current > margin
+    series.log_metrics({"champion_regressed": float(regressed)}, step=step)
+    return {
+        "model_name": name,
+        "metric": key,
+        "champion": champion,
+        "recorded": recorded,
+        "current": current,
+        "margin": margin,
+        "regressed": regressed,
+        "evaluated": rows,
+        "mlflow_run_id": series.run_id,
+    }

@@ -180,14 +180,18 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
 
 
 def _fake_eval(scores_by_label: dict[str, list[float]]):
-    def fake(cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path) -> dict[str, Any]:
+    def fake(
+        cfg: PipelineConfig, model_uri: str, label: str, out_dir: Path, **_: Any
+    ) -> dict[str, Any]:
         scores = scores_by_label[label]
+        (out_dir / "report").mkdir(parents=True, exist_ok=True)  # what the real one writes
+        (out_dir / "report" / "report.md").write_text(f"# {label}\n")
         return {
             "scores": scores,
             "mean": sum(scores) / len(scores),
             "metrics": {},
-            "report_dir": str(out_dir),
-            "report_markdown": "",
+            "report_dir": str(out_dir / "report"),
+            "report_markdown": str(out_dir / "report" / "report.md"),
         }
 
     return fake
