@@ -4,17 +4,24 @@ Checks that need Python (does the answer parse to 1-2 legal buttons that match t
 column; does the image exist, decode and hash to its ``frame_hash``) are precomputed as
 boolean columns, and the suite expects them true, so every check is a named expectation in
 one result. Rows failing any expectation go to the quarantine with the names of what they
-failed; the stage raises :class:`ValidationFailed` when more than ``max_failed_share`` of the
-rows fail. ``validation.json`` (the GX result plus a summary) and ``validation.html`` are
-written in any case.
+failed, except that a duplicated frame (``frame_hash`` not unique) quarantines only its extra
+copies: the first occurrence, in row order, is kept unless it fails something else. The stage
+raises :class:`ValidationFailed` when more than ``max_failed_share`` of the rows fail.
+
+Written in any case: ``validation.json`` (the GX result plus a summary), ``data_docs/`` (GX's
+own Data Docs site for the result: ``index.html``, the suite's page and the validation page)
+and ``validation.html`` (a copy of that validation page, the one file the reports link). The
+GX run is named ``curate-passed`` or ``curate-FAILED`` after the stage's decision (the share
+of quarantined rows against ``max_failed_share``), and the counts behind it are the batch's
+markers, so the Data Docs page says what the stage decided as well as what GX found.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import html
 import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +43,7 @@ from odyssey_core.data.dataset import (
 from odyssey_core.protocol import GAMEBOY_SPACE, parse_response
 
 __all__ = [
+    "DATA_DOCS_DIR",
     "ValidationConfig",
     "ValidationFailed",
     "ValidationOutcome",
@@ -44,6 +52,21 @@ __all__ = [
 ]
 
 REQUIRED = tuple(ANNOTATION_SCHEMA.names)
+
+#: the Data Docs site, next to validation.json / validation.html
+DATA_DOCS_DIR = "data_docs"
+SUITE_NAME = "odyssey_annotations"
+_SITE_NAME = "odyssey_curation"
+_BATCH_ID = "curation-annotations"
+UNIQUE_HASH = "expect_column_values_to_be_unique:frame_hash"
+SUITE_NOTES = (
+    "Odyssey curation: every annotated frame is a row; answer_ok and image_ok are computed "
+    "in Python (the answer parses to the row's 1-2 legal buttons; the image decodes and hashes "
+    "to frame_hash). A row failing any expectation is quarantined, except that a duplicated "
+    "frame_hash quarantines only its extra copies (the first occurrence is kept). The stage "
+    "fails when the quarantined share exceeds max_failed_share (see the run name and the "
+    "batch markers)."
+)
 
 
 class ValidationConfig(StrictModel):
@@ -64,6 +87,7 @@ class ValidationOutcome:
     summary: dict[str, Any]
     json_path: Path
     html_path: Path
+    data_docs_path: Path | None = None
 
 
 def _image_ok(path: Path, frame_hash: str) -> bool:
@@ -125,7 +149,7 @@ def _name(result: Any) -> str:
     return f"{config.type}:{config.kwargs.get('column')}"
 
 
-def _run_gx(df: Any, expectations: list[Any]) -> Any:
+def _gx_context() -> Any:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")  # no telemetry from tests or jobs
     import great_expectations as gx
 
@@ -133,36 +157,89 @@ def _run_gx(df: Any, expectations: list[Any]) -> Any:
     # Per-metric progress bars are noise in logs; cosmetic, and the API differs by GX version.
     with contextlib.suppress(Exception):
         context.variables.progress_bars = {"globally": False}
+    return context
+
+
+def _run_gx(context: Any, df: Any, expectations: list[Any]) -> Any:
+    import great_expectations as gx
+
     asset = context.data_sources.add_pandas("curation").add_dataframe_asset("annotations")
     batch = asset.add_batch_definition_whole_dataframe("all").get_batch(
         batch_parameters={"dataframe": df}
     )
-    suite = gx.ExpectationSuite(name="odyssey_annotations")
+    suite = gx.ExpectationSuite(name=SUITE_NAME, notes=SUITE_NOTES)
     for expectation in expectations:
         suite.add_expectation(expectation)
     suite = context.suites.add(suite)
     return batch.validate(suite, result_format={"result_format": "COMPLETE"})
 
 
-def _html(summary: dict[str, Any], checks: list[dict[str, Any]]) -> str:
-    rows = "\n".join(
-        f"<tr class='{'ok' if c['success'] else 'bad'}'><td>{html.escape(c['name'])}</td>"
-        f"<td>{'pass' if c['success'] else 'FAIL'}</td><td>{c['unexpected_count']}</td></tr>"
-        for c in checks
+def _build_data_docs(
+    context: Any, result: Any, summary: dict[str, Any], site_dir: Path
+) -> Path | None:
+    """Build GX's Data Docs site for ``result`` in ``site_dir``; the validation page's path.
+
+    The result is stored in the context's (in-memory) validation results store under a run
+    named after the stage's decision, with the summary's counts as batch markers, and the
+    site is built by GX's own SiteBuilder (the same as a Checkpoint's UpdateDataDocsAction).
+    """
+    from great_expectations.core.run_identifier import RunIdentifier
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
     )
-    facts = "".join(
-        f"<li>{html.escape(str(k))}: {html.escape(str(v))}</li>"
-        for k, v in summary.items()
-        if k != "expectations"
+
+    shutil.rmtree(site_dir, ignore_errors=True)  # a stale page of an earlier run would mislead
+    context.add_data_docs_site(
+        _SITE_NAME,
+        {
+            "class_name": "SiteBuilder",
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(site_dir),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        },
     )
+    decision = "passed" if summary["success"] else "FAILED"
+    run_id = RunIdentifier(run_name=f"curate-{decision}", run_time=datetime.now(UTC))
+    result.meta["run_id"] = run_id
+    markers = result.meta.get("batch_markers")
+    if markers is not None:
+        markers.update(
+            {
+                f"odyssey_{key}": summary[key]
+                for key in ("rows", "passed", "quarantined", "failed_share", "max_failed_share")
+            }
+        )
+        markers["odyssey_decision"] = decision
+    key = ValidationResultIdentifier(
+        expectation_suite_identifier=ExpectationSuiteIdentifier(name=SUITE_NAME),
+        run_id=run_id,
+        batch_identifier=_BATCH_ID,
+    )
+    context.validation_results_store.set(key, result)
+    context.build_data_docs(site_names=[_SITE_NAME])
+    pages = sorted((site_dir / "validations").rglob("*.html"))
+    return pages[-1] if pages else None
+
+
+def _fallback_page(summary: dict[str, Any]) -> str:
+    """The page when there is nothing GX could validate (no rows)."""
+    decision = "passed" if summary["success"] else "FAILED"
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>Odyssey curation validation"
-        "</title><style>body{font-family:sans-serif}td,th{padding:2px 8px}"
-        ".bad{background:#fdd}.ok{background:#dfd}</style></head><body>"
-        f"<h1>Annotation validation: {'passed' if summary['success'] else 'FAILED'}</h1>"
-        f"<ul>{facts}</ul><table><tr><th>expectation</th><th>result</th>"
-        f"<th>failing rows</th></tr>{rows}</table></body></html>\n"
+        f"</title></head><body><h1>Annotation validation: {decision}</h1>"
+        f"<p>{summary['rows']} rows: nothing to validate.</p></body></html>\n"
     )
+
+
+def _extra_copies(df: Any, positions: Sequence[int]) -> list[int]:
+    """Of the rows GX found with a non-unique ``frame_hash``, those after the first copy."""
+    first: dict[Any, int] = {}
+    for position in sorted(positions):
+        first.setdefault(df["frame_hash"].iloc[position], position)
+    return [p for p in positions if first[df["frame_hash"].iloc[p]] != p]
 
 
 def validate_annotations(
@@ -186,14 +263,16 @@ def validate_annotations(
     enriched = [{**{c: row.get(c) for c in REQUIRED}, **row_checks(row, root)} for row in rows]
     failed: dict[int, list[str]] = {}
     checks: list[dict[str, Any]] = []
-    gx_json: dict[str, Any] = {}
+    context = result = None
     if enriched:
         df = pd.DataFrame(enriched)
-        result = _run_gx(df, _suite(config, levels))
-        gx_json = result.to_json_dict()
+        context = _gx_context()
+        result = _run_gx(context, df, _suite(config, levels))
         for item in result.results:
             name = _name(item)
-            indices = item.result.get("unexpected_index_list") or []
+            indices = [int(i) for i in item.result.get("unexpected_index_list") or []]
+            if name == UNIQUE_HASH:
+                indices = _extra_copies(df, indices)  # the first copy of a frame is kept
             for position in indices:
                 failed.setdefault(int(position), []).append(name)
             checks.append(
@@ -222,10 +301,19 @@ def validate_annotations(
         "validated_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "expectations": checks,
     }
+    data_docs: Path | None = None
+    page: Path | None = None
+    if result is not None:
+        page = _build_data_docs(context, result, summary, out / DATA_DOCS_DIR)
+        data_docs = out / DATA_DOCS_DIR / "index.html"
+    else:
+        shutil.rmtree(out / DATA_DOCS_DIR, ignore_errors=True)
+    gx_json = result.to_json_dict() if result is not None else {}
     json_path = write_json(
         out / VALIDATION_JSON, {"summary": summary, "great_expectations": gx_json}
     )
-    html_path = write_bytes_atomic(out / VALIDATION_HTML, _html(summary, checks).encode())
+    html = page.read_bytes() if page is not None else _fallback_page(summary).encode()
+    html_path = write_bytes_atomic(out / VALIDATION_HTML, html)
     quarantine_path = out / "quarantine.parquet"
     if quarantined:
         write_table(quarantine_path, quarantined)
@@ -241,4 +329,4 @@ def validate_annotations(
             + ", ".join(f"{c['name']} ({c['unexpected_count']})" for c in worst)
             + f". See {html_path} and {quarantine_path}."
         )
-    return ValidationOutcome(passed, quarantined, summary, json_path, html_path)
+    return ValidationOutcome(passed, quarantined, summary, json_path, html_path, data_docs)

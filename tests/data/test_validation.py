@@ -72,6 +72,9 @@ def test_bad_rows_are_quarantined_with_reasons(tmp_path: Path) -> None:
     assert "expect_column_values_to_be_in_set:image_ok" in reasons[1]
     assert "expect_column_values_to_be_in_set:level" in reasons[2]
     assert "expect_column_values_to_be_unique:frame_hash" in reasons[4]
+    # row 3 is the hash's first occurrence: quarantined for its image, not as a duplicate
+    assert "expect_column_values_to_be_unique:frame_hash" not in reasons[3]
+    assert "expect_column_values_to_be_in_set:image_ok" in reasons[3]
     assert "expect_column_value_lengths_to_be_between:perception" in reasons[5]
     assert "expect_column_values_to_not_be_null:teacher" in reasons[6]
     assert len(outcome.passed) == 5

@@ -80,7 +80,7 @@ class TextWorldEngine:
             extras=["gamefile"],
         )
         self.expert_plan = expert_plan
-        self._pddl = PddlEnv(infos)
+        self._pddl = _closing_pddl_env(PddlEnv)(infos)
         self._env = AlfredInfos(AlfredDemangler(self._pddl, shuffle=False))
         self.game_file: Path | None = None
 
@@ -122,6 +122,28 @@ class TextWorldEngine:
             won=bool(state["won"]),
             expert_plan=tuple(plan),
         )
+
+
+def _closing_pddl_env(pddl_env: type) -> type:
+    """``PddlEnv`` whose ``load`` closes the game file it reads.
+
+    TextWorld's ``PddlEnv.load`` reads a path with ``json.load(open(path))`` and never closes
+    the file, so every load leaked a descriptor (``ResourceWarning: unclosed file``). This
+    subclass reads the file inside a ``with`` block and hands the parsed data to TextWorld,
+    keeping the path as the game file exactly as a path load would.
+    """
+
+    class ClosingPddlEnv(pddl_env):  # type: ignore[misc, valid-type]
+        def load(self, filename_or_data: Any) -> None:
+            if isinstance(filename_or_data, str | os.PathLike):
+                with open(filename_or_data, encoding="utf-8") as handle:
+                    data = json.load(handle)
+                super().load(data)
+                self._game_file = os.fspath(filename_or_data)
+            else:
+                super().load(filename_or_data)
+
+    return ClosingPddlEnv
 
 
 def find_game_files(data_path: str | Path, task_types: Sequence[str]) -> list[Path]:
