@@ -5,7 +5,7 @@ Layout of a dataset folder::
     data.parquet        one row per sample (columns: DATASET_SCHEMA, in that order)
     frames/<hash>.png   the frames; ``frame`` in a row is this path relative to the folder
     manifest.json       counts per level and split, sha256 of data.parquet, config, created time
-    validation.json     the Great Expectations result, and validation.html, a readable summary
+    validation.json     the Great Expectations result; validation.html, its Data Docs page
     quarantine.parquet  rows that failed validation (only when some did)
 
 The split is a pure function of the frame hash (:func:`split_of`), so re-curating never moves

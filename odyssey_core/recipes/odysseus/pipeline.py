@@ -429,7 +429,7 @@ def stage_validate(
     than ``max_failed_share`` of the rows fail; the report is logged to MLflow either way."""
     from odyssey_core.data.cli import run_validate
     from odyssey_core.data.dataset import VALIDATION_HTML, VALIDATION_JSON, read_json
-    from odyssey_core.data.validation import ValidationFailed
+    from odyssey_core.data.validation import DATA_DOCS_DIR, ValidationFailed
 
     config = _curate_config(cfg)
     params = _section(config, "game", "validation")
@@ -445,6 +445,8 @@ def stage_validate(
             ctx.run.log_validation_report({**report, "ok": bool(summary.get("success"))}, "curate")
             if (target / VALIDATION_HTML).is_file():
                 ctx.run.log_artifact(target / VALIDATION_HTML, "reports")
+            if (target / DATA_DOCS_DIR).is_dir():  # GX's whole Data Docs site
+                ctx.run.log_artifact(target / DATA_DOCS_DIR, f"reports/{DATA_DOCS_DIR}")
             ctx.run.log_metrics(
                 numeric(
                     {k: summary.get(k) for k in ("rows", "passed", "quarantined", "failed_share")}
