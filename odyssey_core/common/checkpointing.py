@@ -8,6 +8,7 @@ a one-line pointer replaced atomically last.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 from pathlib import Path
@@ -21,6 +22,38 @@ LATEST = "latest"
 STATE_FILE = "trainer_state.pt"
 
 
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written (full disk, quota, read-only folder, ...).
+
+    Keeps the ``errno`` of the failed write; the message names the folder, says which
+    checkpoint is still intact and what to do. Nothing half-written is left behind.
+    """
+
+
+def checkpoint_write_error(error: OSError, out_dir: str | Path, what: str) -> CheckpointWriteError:
+    """A :class:`CheckpointWriteError` explaining ``error`` raised while writing ``what``."""
+    root = Path(out_dir) / CHECKPOINTS_DIR
+    previous = latest_checkpoint(out_dir)
+    kept = (
+        f"the previous checkpoint {previous} is intact"
+        if previous is not None
+        else "there is no earlier complete checkpoint"
+    )
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause, fix = "the disk is full", f"free space on the disk that holds {root}"
+    else:
+        cause = error.strerror or type(error).__name__
+        fix = f"make {root} writable"
+    message = (
+        f"could not write {what} under {root}: {cause} ({error}). Training stopped; {kept}. "
+        f"To continue, {fix} (or move the run folder to a larger disk) and run again with "
+        "resume: it continues from the last complete checkpoint."
+    )
+    wrapped = CheckpointWriteError(error.errno or errno.EIO, message)
+    wrapped.folder = root  # type: ignore[attr-defined]
+    return wrapped
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:06d}"
 
@@ -28,11 +61,14 @@ def checkpoint_name(step: int) -> str:
 def atomic_write_text(path: Path, text: str) -> None:
     """Readers see the old file or the new one, never half of it."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def point_latest(out_dir: str | Path, checkpoint: Path) -> None:

@@ -69,6 +69,27 @@ class ArtifactError(Exception):
     """Base of the store's errors."""
 
 
+class ArtifactWriteError(ArtifactError, OSError):
+    """An upload failed on the store's side (a full disk, a quota, a read-only folder).
+
+    Keeps the ``errno`` of the failed write. Nothing is published under the key that failed,
+    and other published artifacts are untouched."""
+
+
+def _upload_error(error: OSError, what: str, uri: str, where: str) -> ArtifactWriteError:
+    import errno
+
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause, fix = "the store's disk is full", f"free space on {where}"
+    else:
+        cause, fix = error.strerror or type(error).__name__, f"make {where} writable"
+    return ArtifactWriteError(
+        error.errno or errno.EIO,
+        f"could not upload {what} to {uri}: {cause} ({error}). Nothing was published under "
+        f"{uri} and the artifacts published before are unchanged; {fix} and publish again.",
+    )
+
+
 class ArtifactNotFoundError(ArtifactError, FileNotFoundError):
     pass
 
@@ -197,6 +218,10 @@ class ArtifactStore(ABC):
             tmp = f"{batch}/{full}"
             self._upload(local, tmp, digest, progress)
             self._publish(tmp, full, digest)
+        except OSError as error:
+            if isinstance(error, ArtifactError) or not self._is_write_error(error):
+                raise
+            raise _upload_error(error, str(local), self.uri_for(key), self._root_uri()) from error
         finally:
             self._discard(batch)
         return self.uri_for(key)
@@ -219,8 +244,6 @@ class ArtifactStore(ABC):
             if rel == MANIFEST_NAME:
                 raise ValueError(f"{local_dir} holds a file named {MANIFEST_NAME}, reserved")
         manifest_key = f"{full}/{MANIFEST_NAME}"
-        # Republishing: drop the old manifest first so readers see "incomplete", never a mix.
-        self._delete([manifest_key])
         batch = self._new_batch()
         entries = []
         try:
@@ -231,13 +254,29 @@ class ArtifactStore(ABC):
                 self._upload(path, tmp, digest, progress)
                 staged.append((tmp, f"{full}/{rel}", digest))
                 entries.append(ManifestEntry(rel, path.stat().st_size, digest))
+            # Every file is staged: only now is an earlier version at this key touched.
+            # Republishing drops the old manifest first so readers see "incomplete", never a mix.
+            self._delete([manifest_key])
             for tmp, final, digest in staged:
                 self._publish(tmp, final, digest)
+            manifest = Manifest(tuple(entries), datetime.now(UTC).isoformat())
+            self._write_bytes(manifest_key, manifest.to_json().encode())
+        except OSError as error:
+            if isinstance(error, ArtifactError) or not self._is_write_error(error):
+                raise
+            raise _upload_error(
+                error, str(local_dir), self.uri_for(key), self._root_uri()
+            ) from error
         finally:
             self._discard(batch)
-        manifest = Manifest(tuple(entries), datetime.now(UTC).isoformat())
-        self._write_bytes(manifest_key, manifest.to_json().encode())
         return self.uri_for(key)
+
+    @staticmethod
+    def _is_write_error(error: OSError) -> bool:
+        """A failure of the store's own storage, not a missing or unreadable local file."""
+        import errno
+
+        return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG, errno.EIO)
 
     def get_file(
         self,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -27,8 +28,10 @@ import torch
 from odyssey_core.common.checkpointing import (
     CHECKPOINTS_DIR,
     STATE_FILE,
+    CheckpointWriteError,
     capture_rng_state,
     checkpoint_name,
+    checkpoint_write_error,
     latest_checkpoint,
     point_latest,
     restore_rng_state,
@@ -36,6 +39,7 @@ from odyssey_core.common.checkpointing import (
 
 __all__ = [
     "CHECKPOINTS_DIR",
+    "CheckpointWriteError",
     "capture_rng_state",
     "checkpoint_name",
     "latest_checkpoint",
@@ -45,6 +49,7 @@ __all__ = [
 ]
 
 POLICY_DIR = "policy"
+_OS_ERROR_RE = re.compile(r"\(os error (\d+)\)")
 CONFIG_FILE = "config.json"
 
 
@@ -72,17 +77,46 @@ def save_checkpoint(
         shutil.rmtree(stale, ignore_errors=True)
     final = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}"
-    model.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
-    processor.save_pretrained(tmp / POLICY_DIR)
-    torch.save(trainer_state, tmp / STATE_FILE)
-    (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
-    if extra_writer is not None:
-        extra_writer(tmp)
+    try:
+        model.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
+        processor.save_pretrained(tmp / POLICY_DIR)
+        with open(tmp / STATE_FILE, "wb") as handle:  # a file object: a failed write
+            torch.save(trainer_state, handle)  # keeps its OSError (ENOSPC) as the context
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+        if extra_writer is not None:
+            extra_writer(tmp)
+    except Exception as error:  # full disk, quota, ...: drop the partial folder, say what to do
+        shutil.rmtree(tmp, ignore_errors=True)
+        cause = _os_error_in(error)
+        if cause is None:
+            raise
+        raise checkpoint_write_error(cause, out_dir, f"checkpoint {final.name}") from error
     if final.exists():  # a re-run of the same step after a resume overwrites it
         shutil.rmtree(final)
     os.replace(tmp, final)
-    point_latest(out_dir, final)
+    try:
+        point_latest(out_dir, final)
+    except OSError as error:  # the folder is complete; latest_checkpoint still finds it
+        raise checkpoint_write_error(
+            error, out_dir, f"the 'latest' pointer to {final.name}"
+        ) from error
     return final
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind a failed write. Writers wrap it: torch raises a RuntimeError whose
+    context is the file object's OSError, safetensors a SafetensorError saying
+    ``I/O error: ... (os error 28)``."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError):
+            return seen
+        match = _OS_ERROR_RE.search(str(seen))
+        if match is not None:
+            code = int(match.group(1))
+            return OSError(code, os.strerror(code))
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 #: the only non-container types a DeepSpeed ZeRO optimiser puts in its state dict

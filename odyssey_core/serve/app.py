@@ -19,6 +19,11 @@ Images are used as sent: the server does not rescale them (``OpenAIPolicy`` appl
 ``image_scale``/``image_size`` on the client side). Remote ``http(s)`` image URLs are
 refused, since the server never reaches the network.
 
+Bounds: ``seed`` is an int64, ``stop_token_ids`` non-negative int64s, ``repetition_penalty``
+in [0.01, 100], floats finite; a temperature below 1e-5 is read as 0 (greedy) and a top_p
+below 1e-6 as 1e-6 (the top token only), where sampling would be numerically degenerate;
+``max_tokens`` may not exceed the server's ``max_tokens_limit``. Anything outside is a 400.
+
 Log-probs (``logprobs: true``) are ``log_softmax(logits / T)[token]`` of each sampled token,
 the convention of :mod:`odyssey_core.policy.base`; ``top_logprobs`` is not supported.
 Stop strings follow OpenAI semantics: the text ends before the matched stop string (the
@@ -39,11 +44,11 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from fastapi import Depends, FastAPI, Request
@@ -51,6 +56,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from odyssey_core.policy.base import Generation, GenerationParams
 from odyssey_core.policy.hf import HFPolicy
@@ -125,24 +131,33 @@ class ChatMessage(_Lenient):
     content: str | list[ContentPart] | None = None
 
 
+_INT64 = 2**63
+#: below these, sampling is numerically degenerate (logits / T overflows, top_p rounds to 0 in
+#: float32); the server reads them as greedy / keep-the-top-token, which is what they mean
+_MIN_TEMPERATURE = 1e-5
+_MIN_TOP_P = 1e-6
+
+TokenId = Annotated[int, Field(ge=0, lt=_INT64)]
+
+
 class ChatCompletionRequest(_Lenient):
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0, allow_inf_nan=False)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0, allow_inf_nan=False)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-_INT64, lt=_INT64)  # OpenAI's int64
     n: int = Field(default=1, ge=1, le=16)
     logprobs: bool = False
     top_logprobs: int | None = None
     stream: bool = False
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
+    frequency_penalty: float = Field(default=0.0, allow_inf_nan=False)
+    presence_penalty: float = Field(default=0.0, allow_inf_nan=False)
     # vLLM-style extensions
-    repetition_penalty: float = Field(default=1.0, gt=0.0)
-    stop_token_ids: list[int] | None = None
+    repetition_penalty: float = Field(default=1.0, ge=0.01, le=100.0, allow_inf_nan=False)
+    stop_token_ids: list[TokenId] | None = None
     return_token_ids: bool = False
 
 
@@ -318,6 +333,9 @@ class _Job:
     future: asyncio.Future[list[Generation]]
 
 
+BATCH_HISTORY = 10_000  # batch sizes kept for inspection (tests); /metrics counts them all
+
+
 class Batcher:
     """Collects concurrent requests and runs them as batches on one worker thread."""
 
@@ -327,7 +345,10 @@ class Batcher:
         self.policy = policy
         self.max_batch_size = max_batch_size
         self.batch_wait = max(0.0, batch_wait_ms) / 1000.0
-        self.batch_sizes: list[int] = []  # sequences per policy call, in order (for metrics)
+        # sequences per policy call, in order: the latest ones only, so a long-running server
+        # does not grow; the counters behind /metrics cover every call
+        self.batch_sizes: deque[int] = deque(maxlen=BATCH_HISTORY)
+        self._histogram: Counter[int] = Counter()
         self.requests = 0
         self._queue: asyncio.Queue[_Job] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -385,6 +406,7 @@ class Batcher:
                     for start in range(0, len(rows), self.max_batch_size):
                         chunk = rows[start : start + self.max_batch_size]
                         self.batch_sizes.append(len(chunk))
+                        self._histogram[len(chunk)] += 1
                         gens = await loop.run_in_executor(
                             self._executor,
                             self.policy.generate_chats,
@@ -405,10 +427,10 @@ class Batcher:
     def stats(self) -> dict[str, Any]:
         return {
             "requests": self.requests,
-            "batches": len(self.batch_sizes),
-            "sequences": sum(self.batch_sizes),
-            "max_batch_size_seen": max(self.batch_sizes, default=0),
-            "batch_size_histogram": dict(sorted(Counter(self.batch_sizes).items())),
+            "batches": sum(self._histogram.values()),
+            "sequences": sum(size * count for size, count in self._histogram.items()),
+            "max_batch_size_seen": max(self._histogram, default=0),
+            "batch_size_histogram": dict(sorted(self._histogram.items())),
         }
 
 
@@ -416,8 +438,8 @@ class Batcher:
 def _group_params(request: ChatCompletionRequest) -> GenerationParams:
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     return GenerationParams(
-        temperature=request.temperature,
-        top_p=request.top_p,
+        temperature=0.0 if request.temperature < _MIN_TEMPERATURE else request.temperature,
+        top_p=max(request.top_p, _MIN_TOP_P),
         repetition_penalty=request.repetition_penalty,
         stop=tuple(stop),
         stop_token_ids=tuple(request.stop_token_ids or ()),
@@ -460,13 +482,18 @@ def create_app(
     max_batch_size: int = 8,
     batch_wait_ms: float = 10.0,
     default_max_tokens: int = 256,
+    max_tokens_limit: int = 4096,
 ) -> FastAPI:
     """The FastAPI app serving ``policy`` as ``model_name``.
 
     With ``api_key`` set, every ``/v1`` route and ``/metrics`` require
     ``Authorization: Bearer <api_key>``. ``app.state.batcher`` holds the
-    :class:`Batcher` (its ``batch_sizes`` record every batched policy call).
+    :class:`Batcher` (its ``batch_sizes`` record the latest batched policy calls).
+    ``max_tokens_limit`` caps ``max_tokens`` / ``max_completion_tokens`` (a larger request is
+    refused with 400), so no request can hold the generation thread for ever.
     """
+    if not 1 <= default_max_tokens <= max_tokens_limit:
+        raise ValueError("need 1 <= default_max_tokens <= max_tokens_limit")
     chat_policy = ChatHFPolicy.wrap(policy)
     batcher = Batcher(chat_policy, max_batch_size=max_batch_size, batch_wait_ms=batch_wait_ms)
     created = int(time.time())
@@ -483,20 +510,37 @@ def create_app(
     app.state.batcher = batcher
     app.state.model_name = model_name
 
-    async def require_key(request: Request) -> None:
+    def key_error(request: Request) -> APIError | None:
         if not api_key:
-            return
+            return None
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         # Constant-time comparison, so response timing does not leak the key.
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             token.strip().encode(), api_key.encode()
         ):
-            raise APIError(
+            return APIError(
                 401,
                 "missing or invalid API key: send 'Authorization: Bearer <key>'",
                 code="invalid_api_key",
             )
+        return None
+
+    async def require_key(request: Request) -> None:
+        error = key_error(request)
+        if error is not None:
+            raise error
+
+    @app.middleware("http")
+    async def _key_first(request: Request, call_next: Any) -> Any:
+        # Checked before the body is parsed, so a client without the key learns nothing
+        # from validation errors (a route dependency would run after body validation).
+        path = request.url.path
+        if path.startswith("/v1/") or path == "/v1" or path == "/metrics":
+            error = key_error(request)
+            if error is not None:
+                return error.response()
+        return await call_next(request)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, error: APIError) -> JSONResponse:
@@ -511,6 +555,12 @@ def create_app(
         if location:
             message += f" (at {location})"
         return APIError(400, message, param=location or None).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        # the router's own answers (no such route, wrong method) in the same error format
+        kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
+        return APIError(error.status_code, str(error.detail), type=kind).response()
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, error: Exception) -> JSONResponse:
@@ -551,6 +601,13 @@ def create_app(
         _check_supported(request)
         chat, images = messages_to_chat(request.messages)
         limit = request.max_completion_tokens or request.max_tokens or default_max_tokens
+        if limit > max_tokens_limit:
+            name = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
+            raise APIError(
+                400,
+                f"{name}={limit} is more than this server generates ({max_tokens_limit})",
+                param=name,
+            )
         items = [
             ChatItem(
                 messages=chat,
