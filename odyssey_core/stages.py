@@ -92,8 +92,13 @@ class RunConfig(PipelineSection):
     game: str = "odland"
     run_dir: Path = Path("out/pipeline/tiny")
     run_id: str | None = Field(default=None, description="artifact-store prefix; default: name")
-    artifact_uri: str | None = Field(default=None, description="default: file://<run>/artifacts")
-    tracking_uri: str | None = Field(default=None, description="default: sqlite:///<run>/mlflow.db")
+    artifact_uri: str | None = Field(
+        default=None, description="default: env ODYSSEY_ARTIFACT_URI, else file://<run>/artifacts"
+    )
+    tracking_uri: str | None = Field(
+        default=None,
+        description="default: env MLFLOW_TRACKING_URI, else sqlite:///<run>/mlflow.db",
+    )
     experiment: str = "odyssey/train_odysseus"
 
     @property
@@ -102,11 +107,24 @@ class RunConfig(PipelineSection):
 
     @property
     def store_uri(self) -> str:
-        return self.artifact_uri or (self.run_dir.resolve() / "artifacts").as_uri()
+        """The preset's ``artifact_uri``, else the environment's ``ODYSSEY_ARTIFACT_URI`` (an
+        ``s3://`` store reads ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` and the AWS
+        credential chain), else a folder in the run folder."""
+        return (
+            self.artifact_uri
+            or os.environ.get("ODYSSEY_ARTIFACT_URI")
+            or (self.run_dir.resolve() / "artifacts").as_uri()
+        )
 
     @property
     def mlflow_uri(self) -> str:
-        return self.tracking_uri or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
+        """The preset's ``tracking_uri``, else ``MLFLOW_TRACKING_URI``, else SQLite in the run
+        folder."""
+        return (
+            self.tracking_uri
+            or os.environ.get("MLFLOW_TRACKING_URI")
+            or f"sqlite:///{self.run_dir.resolve() / 'mlflow.db'}"
+        )
 
     def stage_dir(self, stage: str) -> Path:
         path = self.run_dir / stage
@@ -160,10 +178,14 @@ def _write_marker(
 
 
 def make_tracker(cfg: RunConfig) -> Tracker:
-    """The run's MLflow experiment; its artifacts go under the run folder, not ./mlruns."""
+    """The run's MLflow experiment. Its artifacts go where ``ODYSSEY_MLFLOW_ARTIFACT_LOCATION``
+    says; else, with a tracking server (``http(s)://``), where the server keeps them (its
+    ``--artifacts-destination``, e.g. S3); else under the run folder, not ./mlruns."""
     from odyssey_core.registry.tracking import Tracker
 
-    location = (cfg.run_dir.resolve() / "mlflow-artifacts").as_uri()
+    location = os.environ.get("ODYSSEY_MLFLOW_ARTIFACT_LOCATION") or None
+    if location is None and not cfg.mlflow_uri.startswith(("http://", "https://")):
+        location = (cfg.run_dir.resolve() / "mlflow-artifacts").as_uri()
     return Tracker(cfg.mlflow_uri, cfg.experiment, artifact_location=location)
 
 
@@ -419,6 +441,109 @@ class GateOutcome:
         }
 
 
+def _model_folder(ctx: StageContext, checkpoint_uri: str) -> tuple[Path | None, str | None]:
+    """A local copy of the checkpoint to log as an MLflow Model and its publication, or
+    ``(None, None)`` when the URI is not a model folder (a test's placeholder URI)."""
+    local = Path(checkpoint_uri)
+    published = None
+    if not local.is_dir():
+        try:
+            published = publication(ctx.cfg, checkpoint_uri)
+            local = fetch(ctx.cfg, checkpoint_uri, ctx.work / "registered-model", published)
+        except Exception as err:  # a placeholder URI, or not in this run's store
+            log.warning(
+                "%s is not in the store (%s): registered without an MLflow Model",
+                checkpoint_uri,
+                err,
+            )
+            return None, None
+    if not (local / "config.json").is_file():
+        log.warning("%s has no config.json: registered without an MLflow Model", checkpoint_uri)
+        return None, published
+    return local, published
+
+
+_LINK_FOLDERS = ("report", "reports", "plots", "videos")
+
+
+def _review_links(ctx: StageContext) -> dict[str, str]:
+    """Links a reviewer follows from the version's page: the artifact refs, datasets and
+    report / plot / video folders of the stage runs of this flow run (this one's siblings)."""
+    client = ctx.run.client
+    run = client.get_run(ctx.run.run_id)
+    parent = run.data.tags.get("mlflow.parentRunId")
+    runs = [run]
+    if parent:
+        runs = list(
+            client.search_runs(
+                [run.info.experiment_id],
+                filter_string=f"tags.`mlflow.parentRunId` = '{parent}'",
+                max_results=200,
+            )
+        )
+    links: dict[str, str] = {}
+    for other in runs:
+        stage = other.data.tags.get("odyssey.stage", other.info.run_name or "run")
+        for key, value in other.data.tags.items():
+            if key.startswith("artifact."):
+                links[f"link.{stage}.{key.removeprefix('artifact.')}"] = value
+            elif key.startswith("dataset."):
+                links[key] = value
+        try:
+            folders = {a.path for a in client.list_artifacts(other.info.run_id) if a.is_dir}
+        except Exception as err:  # an unreachable artifact store must not block registration
+            log.warning("cannot list the artifacts of run %s: %s", other.info.run_id, err)
+            folders = set()
+        for name in _LINK_FOLDERS:
+            if name in folders:
+                links[f"link.{stage}.{name}"] = f"{other.info.artifact_uri.rstrip('/')}/{name}"
+    return links
+
+
+def _review_description(
+    outcome_name: str,
+    version: int,
+    decision: PromotionDecision,
+    label: str,
+    metrics: Mapping[str, float] | None,
+    links: Mapping[str, str],
+) -> str:
+    """The version's description: the decision, the evaluation table and the links."""
+    gate = decision.gate
+    c, r = gate.candidate, gate.reference_stats
+
+    def num(x: float) -> str:
+        return f"{x:.4g}"
+
+    lines = [
+        f"## {outcome_name} v{version}: {'promoted' if decision.promoted else 'not promoted'}",
+        "",
+        gate.reason,
+        "",
+        f"| | candidate (v{version}) | {label} |",
+        "|---|---|---|",
+        f"| episodes | {c.n} | {r.n} |",
+        f"| mean | {num(c.mean)} | {num(r.mean)} |",
+        f"| standard error | {num(c.se)} | {num(r.se)} |",
+        "",
+        "| statistic | value |",
+        "|---|---|",
+        f"| mean difference | {num(gate.mean_difference)} |",
+        f"| margin | {gate.margin:g} |",
+        f"| Welch t | {num(gate.t)} |",
+        f"| df | {num(gate.df)} |",
+        f"| one-sided p | {num(gate.p)} |",
+        f"| alpha | {gate.alpha:g} |",
+    ]
+    if metrics:
+        lines += ["", "| metric | value |", "|---|---|"]
+        lines += [f"| {k} | {num(float(v))} |" for k, v in sorted(metrics.items())]
+    if links:
+        lines += ["", "Links:", ""]
+        lines += [f"- {k}: {v}" for k, v in sorted(links.items())]
+    return "\n".join(lines)
+
+
 def register_and_gate(
     ctx: StageContext,
     *,
@@ -431,6 +556,8 @@ def register_and_gate(
     alpha: float | None = None,
     metrics: Mapping[str, float] | None = None,
     tags: Mapping[str, str] | None = None,
+    serving: Mapping[str, Any] | None = None,
+    links: Mapping[str, str] | None = None,
 ) -> GateOutcome:
     """Register ``checkpoint_uri`` as a new (``candidate``) version of ``game``'s model and
     gate it: ``evaluate_reference(model, label, out_dir) -> (per-episode scores, details)``
@@ -438,8 +565,17 @@ def register_and_gate(
     ("base") now, on the same episodes as the candidate; :meth:`ModelRegistry.promote` runs
     the Welch test on the two samples, moves the ``champion`` alias when the candidate wins
     and tags the version with the reason. The stage run records the reference and the
-    decision (``promotion.promoted``, ``promotion.reason``)."""
+    decision (``promotion.promoted``, ``promotion.reason``).
+
+    The version is a real MLflow Model (:mod:`odyssey_core.registry.pyfunc`), logged under
+    the stage run as ``model``: the checkpoint folder with the recipe's answer format and
+    system prompt (``serving`` overrides :func:`~odyssey_core.registry.pyfunc.serving_spec`'s
+    arguments: ``image_scale``, ``env_kwargs``, ...). Its page carries the evaluation table
+    (description), the decision (``promotion.*``), links to the flow run's report, plots,
+    videos and datasets (``link.*``, ``dataset.*``, plus ``links``) and the fingerprints
+    (``fingerprint.*``)."""
     from odyssey_core.registry.models import ModelRegistry
+    from odyssey_core.registry.pyfunc import log_agent_model, serving_spec
 
     registry = ModelRegistry(ctx.cfg.mlflow_uri)
     champion = registry.champion(game)
@@ -448,12 +584,26 @@ def register_and_gate(
     shutil.rmtree(ctx.work / label, ignore_errors=True)  # the champion may have changed
     scores, evaluation = evaluate_reference(reference_ref, label, ctx.work / label)
     reference_scores = [float(x) for x in scores]
+    version_tags = dict(tags) if tags else {}
+    model_dir, published = _model_folder(ctx, checkpoint_uri)
+    model_source = None
+    if model_dir is not None:
+        options: dict[str, Any] = {"recipe": version_tags.get("odyssey.recipe")}
+        env_kwargs = getattr(getattr(ctx.cfg, "eval", None), "env_kwargs", None)
+        if env_kwargs:
+            options["env_kwargs"] = env_kwargs
+        options.update(serving or {})
+        spec = serving_spec(game, model_dir=model_dir, **options)
+        model_source = log_agent_model(ctx.run.client, ctx.run.run_id, model_dir, spec)
+        version_tags.update({"odyssey.recipe": spec["recipe"], "odyssey.format": spec["format"]})
+    version_tags["odyssey.mlflow_model"] = "pyfunc" if model_source else "none"
     version = registry.register_checkpoint(
         checkpoint_uri,
         game,
         run_id=ctx.run.run_id,
         metrics=dict(metrics) if metrics else None,
-        tags=dict(tags) if tags else None,
+        tags=version_tags,
+        model_source=model_source,
     )
     decision = registry.promote(
         game,
@@ -464,12 +614,34 @@ def register_and_gate(
         alpha=alpha,
         candidate_version=version,
     )
+    review = {**_review_links(ctx), **(links or {})}
+    if model_source:
+        review["link.model"] = model_source
+    fingerprints = {
+        "fingerprint.stage": ctx.key,
+        "fingerprint.config": fingerprint(ctx.cfg.model_dump(mode="json")),
+    }
+    if published is not None:
+        fingerprints["fingerprint.checkpoint"] = published
+    for key, uri in review.items():
+        if key.startswith("dataset."):
+            try:
+                fingerprints[f"fingerprint.{key}"] = publication(ctx.cfg, uri)
+            except Exception as err:  # not in this run's store: the URI alone is recorded
+                log.info("no publication for %s: %s", uri, err)
+    name = registry.model_name(game)
+    registry.describe_version(
+        game,
+        version,
+        description=_review_description(name, version, decision, label, metrics, review),
+        tags={**review, **fingerprints},
+    )
     ctx.run.log_params({"reference": label, "reference_version": champion or "base"})
     ctx.run.set_tags(
         {"promotion.promoted": str(decision.promoted), "promotion.reason": decision.gate.reason}
     )
     return GateOutcome(
-        model_name=registry.model_name(game),
+        model_name=name,
         version=version,
         decision=decision,
         reference=label,

@@ -7,6 +7,7 @@ and the file:// artifact store under <run_dir>/artifacts."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,9 +17,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).with_name("prefect"))
@@ -98,6 +101,91 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 120) -> str:
 def _get_json(url: str) -> dict:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
+
+
+def _post_json(url: str, body: dict) -> list | dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+@contextlib.contextmanager
+def prefect_server(tmp_path: Path) -> Iterator[tuple[dict[str, str], str]]:
+    """A real `prefect server start` on loopback with its own PREFECT_HOME and SQLite database;
+    yields the environment that points the CLI and clients at it, and its API URL. Stopped by
+    PID (its own session) on the way out."""
+    home = tmp_path / "prefect-home"
+    home.mkdir(exist_ok=True)
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = _env(home, api_url)
+    log = tmp_path / "server.log"
+    server = None
+    try:
+        with log.open("w") as out:
+            server = subprocess.Popen(
+                [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                cwd=tmp_path,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        _wait_healthy(api_url, server, log, timeout=120)
+        yield env, api_url
+    finally:
+        _stop(server)
+
+
+def documented_commands() -> list[list[str]]:
+    """The `prefect ...` lines of README's "Local deployments" block, in order (without the
+    server, which the test starts, the long-running worker and the final `deployment run`)."""
+    readme = (REPO / "README.md").read_text()
+    block = readme.split("Local deployments:", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    commands = []
+    for line in block.splitlines():
+        line = line.split("#", 1)[0].strip().rstrip("&").strip()
+        if line.startswith(".venv/bin/prefect "):
+            args = line.split()[1:]
+            if args[:1] in (["server"], ["worker"]) or args[:2] == ["deployment", "run"]:
+                continue
+            commands.append(args)
+    return commands
+
+
+@pytest.mark.slow
+def test_documented_sequence_deploys_every_deployment(tmp_path: Path) -> None:
+    """README's "Local deployments", as written, against a real server: every deployment in
+    prefect.yaml exists afterwards, on the pool it names (GPU ones included)."""
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())["deployments"]
+    commands = documented_commands()
+    assert any(c[-2:] == ["deploy", "--all"] for c in commands), commands
+    with prefect_server(tmp_path) as (env, api_url):
+        for args in commands:
+            _cli(env, *args, timeout=300)
+        deployed = _post_json(f"{api_url}/deployments/filter", {"limit": 200})
+        flows = {f["id"]: f["name"] for f in _post_json(f"{api_url}/flows/filter", {})}
+        # a second run of the sequence is harmless (pools --overwrite, deploy updates)
+        for args in commands:
+            _cli(env, *args, timeout=300)
+        again = _post_json(f"{api_url}/deployments/filter", {"limit": 200})
+    names = {f"{flows[d['flow_id']]}/{d['name']}": d for d in deployed}
+    entry_flows = {
+        "flows/play.py:play_episode_flow": "play-episode",
+        "flows/odysseus.py:train_odysseus_flow": "train-odysseus",
+        "flows/nightly.py:nightly_eval_flow": "nightly-eval",
+        "flows/gtr.py:train_gtr_flow": "train-gtr",
+    }
+    expected = {f"{entry_flows[d['entrypoint']]}/{d['name']}": d for d in spec}
+    assert set(names) == set(expected), sorted(set(expected) ^ set(names))
+    for full, d in expected.items():
+        assert names[full]["work_pool_name"] == d["work_pool"]["name"], full
+        assert names[full]["parameters"] == d["parameters"], full
+        assert bool(names[full]["schedules"]) == bool(d.get("schedules")), full
+    assert len(again) == len(deployed)
+    assert {"train-odysseus/mario", "nightly-eval/mario", "nightly-eval/gtr-points24"} <= set(names)
 
 
 @pytest.mark.slow
@@ -184,15 +272,25 @@ def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None
     # the artifacts: complete entries in the file:// store under <run_dir>/artifacts
     store_root = (run_dir / "artifacts").resolve()
     assert cfg.store_uri == store_root.as_uri()
-    assert mv.source == mv.tags["checkpoint_uri"]
-    assert mv.source.startswith(store_root.as_uri() + "/")
+    # the version is an MLflow Model; the checkpoint it was made from is in the store
+    assert mv.source.endswith("/model") and "MLmodel" in mlflow_files(cfg, mv)
+    checkpoint = mv.tags["checkpoint_uri"]
+    assert checkpoint.startswith(store_root.as_uri() + "/")
     store = open_store(cfg.store_uri)
     prefix = f"runs/{cfg.run_key}"
     for key in ("curate/dataset", "sft/model", "sft/base-model"):
         assert store.read_manifest(f"{prefix}/{key}").files, key
     # the registered checkpoint lives under a key of its own run's inputs: immutable
-    checkpoint_key = store.key_for(mv.source)
+    checkpoint_key = store.key_for(checkpoint)
     assert checkpoint_key.startswith(f"{prefix}/rl/checkpoint-")
     assert store.read_manifest(checkpoint_key).files
     assert store.exists(f"{prefix}/evaluate/scores.json")
     assert (store_root / checkpoint_key).is_dir()
+
+
+def mlflow_files(cfg, mv) -> set[str]:
+    """The file names at the top of a registered version's MLflow Model."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=cfg.mlflow_uri)
+    return {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(mv.run_id, "model")}

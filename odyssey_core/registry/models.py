@@ -36,6 +36,8 @@ CHAMPION = "champion"
 PREVIOUS_CHAMPION = "champion-previous"
 HISTORY_TAG = "odyssey.champion_history"
 GAME_TAG = "odyssey.game"
+CHECKPOINT_TAG = "checkpoint_uri"  # where a version's checkpoint lives in the artifact store
+_MAX_TAG = 5000  # MLflow's model-version tag value limit
 _HISTORY_KEEP = 200  # versions; keeps the tag far below MLflow's value limit
 
 
@@ -263,16 +265,24 @@ class ModelRegistry:
         *,
         tags: dict[str, str] | None = None,
         set_candidate: bool = True,
+        model_source: str | None = None,
+        description: str | None = None,
     ) -> int:
-        """A new version whose source is the checkpoint's artifact-store URI; its evaluation
-        metrics become ``metric.<name>`` tags; it becomes the ``candidate`` unless told not to.
-        Returns the version number."""
+        """A new version of the checkpoint at ``checkpoint_uri`` (artifact store; kept as the
+        tag ``checkpoint_uri``). Its source is ``model_source``, the MLflow Model logged for
+        it (:func:`odyssey_core.registry.pyfunc.log_agent_model`), or else the bare
+        checkpoint URI; its evaluation metrics become ``metric.<name>`` tags; it becomes the
+        ``candidate`` unless told not to. Returns the version number."""
         name = self._ensure_model(game)
-        version_tags = {GAME_TAG: game, "checkpoint_uri": checkpoint_uri, **(tags or {})}
+        version_tags = {GAME_TAG: game, CHECKPOINT_TAG: checkpoint_uri, **(tags or {})}
         for key, value in (metrics or {}).items():
             version_tags[f"metric.{key}"] = repr(float(value))
         mv = self.client.create_model_version(
-            name, source=checkpoint_uri, run_id=run_id, tags=version_tags
+            name,
+            source=model_source or checkpoint_uri,
+            run_id=run_id,
+            tags={k: str(v)[:_MAX_TAG] for k, v in version_tags.items()},
+            description=description,
         )
         version = int(mv.version)
         if set_candidate:
@@ -295,13 +305,30 @@ class ModelRegistry:
         return self.alias_version(game, CANDIDATE)
 
     def checkpoint_uri(self, game: str, alias_or_version: str | int = CHAMPION) -> str:
-        """Where the checkpoint of a version (or an alias: ``champion``) lives."""
+        """Where the checkpoint of a version (or an alias: ``champion``) lives in the artifact
+        store (its ``checkpoint_uri`` tag; the source of a version registered bare)."""
         name = self.model_name(game)
         if isinstance(alias_or_version, int) or str(alias_or_version).isdigit():
             mv = self.client.get_model_version(name, str(alias_or_version))
         else:
             mv = self.client.get_model_version_by_alias(name, str(alias_or_version))
-        return str(mv.source)
+        return str((mv.tags or {}).get(CHECKPOINT_TAG) or mv.source)
+
+    def describe_version(
+        self,
+        game: str,
+        version: int,
+        *,
+        description: str | None = None,
+        tags: dict[str, str] | None = None,
+    ) -> None:
+        """What a reviewer reads on the version's page: the description (markdown: the
+        evaluation table) and tags (links to the report, plots and videos, fingerprints)."""
+        name = self.model_name(game)
+        if description is not None:
+            self.client.update_model_version(name, str(version), description=description)
+        for key, value in (tags or {}).items():
+            self.client.set_model_version_tag(name, str(version), key, str(value)[:_MAX_TAG])
 
     def _history(self, name: str) -> list[int]:
         model = self.client.get_registered_model(name)

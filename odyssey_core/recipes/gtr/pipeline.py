@@ -210,6 +210,19 @@ def _train_settings(cfg: GTRPipelineConfig) -> Any:
     return load_gtr_settings(cfg.train.preset, cfg.train.overrides)
 
 
+def _serving(settings: Any) -> dict[str, Any]:
+    """How the registered MLflow Model answers: the training preset's env and inference."""
+    return {
+        "env": settings.rollout.env,
+        "env_kwargs": settings.rollout.env_kwargs,
+        "image_scale": settings.model.image_scale,
+        "image_size": settings.model.image_size,
+        "max_new_tokens": settings.rollout.generation.max_new_tokens,
+        "device": settings.model.device,
+        "dtype": settings.model.dtype,
+    }
+
+
 def _short(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -675,6 +688,7 @@ def stage_gtr_register(
                 "odyssey.corrector_oracle": str(corrector["oracle"]).lower(),
                 "odyssey.sft_init": str(cfg.sft.enabled).lower(),
             },
+            serving=_serving(_train_settings(cfg)),
         )
         gate, label = outcome.gate, outcome.reference
         ref_summary = outcome.reference_evaluation["summary"]

@@ -765,6 +765,18 @@ def stage_evaluate(
     )
 
 
+def _serving(cfg: PipelineConfig) -> dict[str, Any]:
+    """How the registered MLflow Model answers: the RL preset's inference settings."""
+    inference = pipeline_inference(cfg)
+    return {
+        "image_scale": inference.image_scale,
+        "image_size": inference.image_size,
+        "max_new_tokens": inference.max_new_tokens,
+        "device": inference.device,
+        "dtype": inference.dtype,
+    }
+
+
 def stage_promote(
     cfg: PipelineConfig,
     checkpoint_uri: str,
@@ -797,6 +809,7 @@ def stage_promote(
             alpha=cfg.promotion.alpha,
             metrics={SCORE_KEY: mean, "eval.episodes": float(len(candidate_scores))},
             tags={"odyssey.pipeline_run": cfg.run_key, "odyssey.suite": cfg.eval.suite},
+            serving=_serving(cfg),
         )
         reference_mean = outcome.reference_evaluation["mean"]
         ctx.run.log_metrics(

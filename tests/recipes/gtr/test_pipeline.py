@@ -138,7 +138,8 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     assert decision["model_name"] == name and decision["version"] == 1
     assert decision["reference"] == "base" and decision["reason"]
     mv = registry.client.get_model_version(name, "1")
-    assert mv.source == first["train"]["checkpoint_uri"]
+    assert mv.tags["checkpoint_uri"] == first["train"]["checkpoint_uri"]
+    assert mv.source.endswith("/model")  # an MLflow Model made from that checkpoint
     assert {"metric.eval.success_rate", "metric.eval.mean_return"} <= set(mv.tags)
     assert mv.tags["odyssey.corrector"] == "programmatic"
     assert mv.tags["odyssey.corrector_oracle"] == "true"

@@ -113,7 +113,8 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
     decision = first["promote"]
     assert decision["version"] == 1 and decision["reference"] == "base" and decision["reason"]
     mv = registry.client.get_model_version(registry.model_name("odland"), "1")
-    assert mv.source == first["rl"]["checkpoint_uri"]
+    assert mv.tags["checkpoint_uri"] == first["rl"]["checkpoint_uri"]
+    assert mv.source.endswith("/model")  # an MLflow Model made from that checkpoint
     assert mv.tags["checkpoint_uri"] == first["rl"]["checkpoint_uri"]
     assert "metric.eval.mean_progress" in mv.tags
     assert mv.tags["promotion.decision"] == ("promoted" if decision["promoted"] else "rejected")
@@ -176,7 +177,7 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
     rl_again = stage_rl(cfg, sft_again["model_uri"])
     assert rl_again["checkpoint_uri"] != first["rl"]["checkpoint_uri"]
     assert rl_again["steps"] == 1 and state.stat().st_mtime_ns != old_state  # trained anew
-    assert store.read_manifest(store.key_for(mv.source)) == old_checkpoint
+    assert store.read_manifest(store.key_for(mv.tags["checkpoint_uri"])) == old_checkpoint
 
 
 def _fake_eval(scores_by_label: dict[str, list[float]]):

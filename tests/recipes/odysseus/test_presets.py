@@ -146,8 +146,8 @@ def test_every_stage_of_the_mario_pipeline_resolves_to_mario() -> None:
     from odyssey_core.data.cli import load_curate_config
 
     deployments = yaml.safe_load((CONFIGS.parent / "prefect.yaml").read_text())["deployments"]
-    [mario] = [d for d in deployments if d["name"] == "mario"]
-    assert mario["entrypoint"] == "flows/odysseus.py:train_odysseus_flow"  # train-odysseus/mario
+    train = "flows/odysseus.py:train_odysseus_flow"  # train-odysseus/mario (not nightly-eval/mario)
+    [mario] = [d for d in deployments if d["name"] == "mario" and d["entrypoint"] == train]
     cfg = load_pipeline_config(mario["parameters"]["preset"], mario["parameters"]["overrides"])
     assert cfg.game == "mario"
     assert stage_games(cfg) == dict.fromkeys(("curate", "sft", "rl", "evaluate"), "mario")
