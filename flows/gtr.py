@@ -13,6 +13,7 @@ from prefect import flow
 
 from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
 from odyssey_core.stages import parent_run, results_table
+from tasks.common import post_report
 from tasks.gtr import gtr_evaluate_task, gtr_register_task, gtr_sft_task, gtr_train_task
 
 
@@ -27,6 +28,8 @@ def train_gtr_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None
         results["train"] = gtr_train_task(cfg, parent_run_id=parent)
         checkpoint = results["train"]["checkpoint_uri"]
         results["evaluate"] = gtr_evaluate_task(cfg, checkpoint, parent_run_id=parent)
+        # success rate, return and collapse metrics on the flow run's page
+        post_report(results["evaluate"], f"gtr-evaluation-{cfg.name}", checkpoint)
         results["register"] = gtr_register_task(
             cfg,
             checkpoint,

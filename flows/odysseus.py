@@ -16,6 +16,7 @@ from prefect import flow
 
 from odyssey_core.recipes.odysseus.pipeline import STAGES, PipelineConfig, load_pipeline_config
 from odyssey_core.stages import parent_run, results_table
+from tasks.common import post_report
 from tasks.odysseus import (
     annotate_task,
     build_dataset_task,
@@ -63,8 +64,12 @@ def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, 
     if wanted("evaluate"):
         checkpoint = results["rl"]["checkpoint_uri"]
         results["evaluate"] = evaluate_task(
-            cfg, checkpoint, results["rl"].get("mlflow_run_id"), parent_run_id=parent
+            cfg,
+            checkpoint,
+            training_run_id=results["rl"].get("mlflow_run_id"),
+            parent_run_id=parent,
         )
+        post_report(results["evaluate"], f"evaluation-{cfg.name}", checkpoint)  # Table-2 style
     if wanted("promote"):
         results["promote"] = promote_task(
             cfg,

@@ -242,6 +242,79 @@ def parent_run(cfg: RunConfig, flow_name: str) -> Iterator[str]:
         yield run.run_id
 
 
+@dataclass(frozen=True)
+class NightlyPlan:
+    """What a nightly evaluation of ``cfg.game`` works with."""
+
+    series: TrackedRun  # the game's one long-lived nightly run: its metrics are the time series
+    step: int  # this night's point in the series
+    targets: dict[str, int]  # label -> registered version: the champion, and a newer candidate
+    out_dir: Path  # where tonight's evaluations are written
+    model_name: str
+    mlflow_uri: str
+
+    def verdict(
+        self, rows: Mapping[str, Mapping[str, Any]], recorded_tag: str, margin: float, **extra: Any
+    ) -> dict[str, Any]:
+        """Compare tonight's champion mean (``rows["champion"]["mean"]``) with the score its
+        version recorded (tag ``recorded_tag``): ``regressed`` when it fell by more than
+        ``margin``; logged to the series and returned with the rows."""
+        from odyssey_core.registry.models import ModelRegistry
+
+        champion = self.targets["champion"]
+        client = ModelRegistry(self.mlflow_uri).client
+        tags = client.get_model_version(self.model_name, str(champion)).tags or {}
+        recorded = float(tags.get(recorded_tag, "nan"))
+        current = float(rows["champion"]["mean"])
+        regressed = math.isfinite(recorded) and recorded - current > margin
+        self.series.log_metrics({"champion_regressed": float(regressed)}, step=self.step)
+        return {
+            "model_name": self.model_name,
+            **extra,
+            "champion": champion,
+            "recorded": recorded,
+            "current": current,
+            "margin": margin,
+            "regressed": regressed,
+            "evaluated": dict(rows),
+            "mlflow_run_id": self.series.run_id,
+        }
+
+
+def nightly_plan(cfg: RunConfig, out_dir: Path | None = None) -> NightlyPlan:
+    """The nightly series run of ``cfg.game`` (made on the first night), tonight's step, and the
+    versions to evaluate; fails when the game has no champion yet."""
+    import time
+
+    from odyssey_core.registry.models import ModelRegistry
+
+    registry = ModelRegistry(cfg.mlflow_uri)
+    champion = registry.champion(cfg.game)
+    if champion is None:
+        raise RuntimeError(f"{registry.model_name(cfg.game)} has no champion to evaluate")
+    tracker = make_tracker(cfg)
+    found = tracker.client.search_runs(
+        [tracker.experiment_id], filter_string=f"tags.`odyssey.nightly` = '{cfg.game}'"
+    )
+    series = (
+        tracker.attach(found[0].info.run_id)
+        if found
+        else tracker.start(f"nightly-{cfg.game}", tags={"odyssey.nightly": cfg.game})
+    )
+    targets = {"champion": champion}
+    candidate = registry.candidate(cfg.game)
+    if candidate is not None and candidate != champion:
+        targets["candidate"] = candidate
+    return NightlyPlan(
+        series=series,
+        step=len(tracker.metric_history(series.run_id, "champion_mean")),
+        targets=targets,
+        out_dir=out_dir or Path(cfg.run_dir) / "nightly" / time.strftime("%Y%m%dT%H%M%S"),
+        model_name=registry.model_name(cfg.game),
+        mlflow_uri=cfg.mlflow_uri,
+    )
+
+
 def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """A markdown table of what each stage returned (URIs and numbers only)."""
     lines = ["| stage | output | value |", "|---|---|---|"]

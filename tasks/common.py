@@ -29,6 +29,7 @@ from odyssey_core.stages import RunConfig, fingerprint, publication
 
 __all__ = [
     "CACHE_EXPIRATION",
+    "NIGHTLY_TASK",
     "STAGE_TASK",
     "is_transient_error",
     "post_report",
@@ -138,6 +139,15 @@ STAGE_TASK: dict[str, Any] = {
     "cache_key_fn": stage_cache_key,
     "cache_expiration": CACHE_EXPIRATION,
     "persist_result": True,
+}
+
+# The options of every nightly evaluation task: retried on transient failures, never cached (the
+# point is to evaluate again every night).
+NIGHTLY_TASK: dict[str, Any] = {
+    "timeout_seconds": 12 * 3600,
+    "retries": 2,
+    "retry_delay_seconds": 60,
+    "retry_condition_fn": retry_on_transient,
 }
 
 

@@ -11,8 +11,7 @@ from typing import Any
 from prefect import task
 
 from odyssey_core.recipes.gtr import pipeline
-from odyssey_core.recipes.gtr.pipeline import GTRPipelineConfig
-from tasks.common import STAGE_TASK, post_report, retry_on_transient
+from tasks.common import NIGHTLY_TASK, STAGE_TASK
 
 __all__ = [
     "gtr_evaluate_task",
@@ -32,14 +31,10 @@ gtr_train_task = task(name="gtr-train", timeout_seconds=72 * 3600, **STAGE_TASK)
 )
 
 
-@task(name="gtr-evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
-def gtr_evaluate_task(
-    cfg: GTRPipelineConfig, checkpoint_uri: str, parent_run_id: str | None = None
-) -> dict[str, Any]:
-    outputs = pipeline.stage_gtr_evaluate(cfg, checkpoint_uri, parent_run_id=parent_run_id)
-    # success rate, return and collapse metrics on the flow run's page
-    post_report(outputs, f"gtr-evaluation-{cfg.name}", checkpoint_uri)
-    return outputs
+# the flow posts its report on the flow run's page
+gtr_evaluate_task = task(name="gtr-evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)(
+    pipeline.stage_gtr_evaluate
+)
 
 
 gtr_register_task = task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)(
@@ -47,17 +42,10 @@ gtr_register_task = task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE
 )
 
 
-@task(
-    name="nightly-evaluate-gtr",
-    timeout_seconds=12 * 3600,
-    retries=2,
-    retry_delay_seconds=60,
-    retry_condition_fn=retry_on_transient,
-)
+@task(name="nightly-evaluate-gtr", **NIGHTLY_TASK)
 def gtr_nightly_task(
     preset: str, overrides: dict[str, Any] | None, margin: float | None = None
 ) -> dict[str, Any]:
-    # no cache: the point is to evaluate again every night
     return pipeline.nightly_evaluate(
         pipeline.load_gtr_pipeline_config(preset, overrides), margin=margin, log_fn=print
     )

@@ -12,8 +12,8 @@ from typing import Any
 from prefect import task
 
 from odyssey_core.recipes.odysseus import pipeline
-from odyssey_core.recipes.odysseus.pipeline import PipelineConfig, load_pipeline_config
-from tasks.common import STAGE_TASK, post_report, retry_on_transient
+from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
+from tasks.common import NIGHTLY_TASK, STAGE_TASK
 
 __all__ = [
     "annotate_task",
@@ -59,27 +59,12 @@ rl_task = task(name="rl-train", timeout_seconds=72 * 3600, **STAGE_TASK)(pipelin
 promote_task = task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)(pipeline.stage_promote)
 
 
-@task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)
-def evaluate_task(
-    cfg: PipelineConfig,
-    checkpoint_uri: str,
-    training_run_id: str | None = None,
-    parent_run_id: str | None = None,
-) -> dict[str, Any]:
-    outputs = pipeline.stage_evaluate(
-        cfg, checkpoint_uri, training_run_id=training_run_id, parent_run_id=parent_run_id
-    )
-    post_report(outputs, f"evaluation-{cfg.name}", checkpoint_uri)  # the Table-2 style report
-    return outputs
-
-
-@task(
-    name="nightly-evaluate",
-    timeout_seconds=12 * 3600,
-    retries=2,
-    retry_delay_seconds=60,
-    retry_condition_fn=retry_on_transient,
+# the flow posts its report on the flow run's page
+evaluate_task = task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)(
+    pipeline.stage_evaluate
 )
+
+
+@task(name="nightly-evaluate", **NIGHTLY_TASK)
 def nightly_task(preset: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    # no cache: the point is to evaluate again every night
     return pipeline.nightly_evaluate(load_pipeline_config(preset, overrides), log_fn=print)

@@ -107,43 +107,24 @@ sys.exit("the nightly flow did not regress")
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_nightly_regression_reaches_the_webhook(tmp_path: Path, sink: _Sink) -> None:
+    def python(args: list[str], env: dict[str, str], timeout: float) -> str:
+        done = subprocess.run(
+            [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
+            timeout=timeout, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+        return done.stdout
+
     with prefect_server(tmp_path) as (env, api_url):
-        applied = subprocess.run(
-            [sys.executable, "-m", "flows.automations", "--webhook-url", sink.url],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert applied.returncode == 0, applied.stdout + applied.stderr
+        python(["-m", "flows.automations", "--webhook-url", sink.url], env, 120)
         # applying again updates in place: still one automation, one block
-        again = subprocess.run(
-            [sys.executable, "-m", "flows.automations"],
-            cwd=REPO,
-            env={**env, "ODYSSEY_ALERT_WEBHOOK_URL": sink.url},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert again.returncode == 0, again.stdout + again.stderr
+        python(["-m", "flows.automations"], {**env, "ODYSSEY_ALERT_WEBHOOK_URL": sink.url}, 120)
         autos = _post_json(f"{api_url}/automations/filter", {})
         assert [a["name"] for a in autos] == ["odyssey-champion-regressed"]
         assert autos[0]["enabled"]
 
         run_dir = tmp_path / "run"
-        nightly = subprocess.run(
-            [sys.executable, "-c", NIGHTLY_SCRIPT, str(run_dir)],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert nightly.returncode == 0, (nightly.stdout + nightly.stderr)[-4000:]
+        python(["-c", NIGHTLY_SCRIPT, str(run_dir)], env, 180)  # the flow run fails: a regression
 
         deadline = time.monotonic() + 90
         while not sink.received and time.monotonic() < deadline:

@@ -194,58 +194,42 @@ def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None
     from odyssey_core.registry.artifacts import open_store
     from odyssey_core.registry.models import ModelRegistry
 
-    home = tmp_path / "prefect-home"
-    home.mkdir()
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    env = _env(home, api_url)
     run_dir = tmp_path / "run"
-    server_log, worker_log = tmp_path / "server.log", tmp_path / "worker.log"
-    server = worker = None
-    try:
-        with server_log.open("w") as out:
-            server = subprocess.Popen(
-                [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                cwd=tmp_path,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        _wait_healthy(api_url, server, server_log, timeout=120)
-
-        _cli(env, "work-pool", "create", POOL, "--type", "process")
-        _cli(env, "--no-prompt", "deploy", "--name", "odland-tiny")
-        # configs/pipeline/tiny.yaml is the minimal budget (as in
-        # tests/recipes/odysseus/test_pipeline.py); the only override is the private run_dir
-        params = {"preset": "tiny", "overrides": {"run_dir": str(run_dir)}}
-        out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))
-        match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
-        assert match, f"no flow run id in:\n{out}"
-        flow_run_id = match.group(1)
-
-        with worker_log.open("w") as out_file:
-            worker = subprocess.Popen(
-                [PREFECT, "worker", "start", "--pool", POOL, "--run-once"],
-                cwd=tmp_path,
-                env=env,
-                stdout=out_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    worker_log = tmp_path / "worker.log"
+    worker = None
+    with prefect_server(tmp_path) as (env, api_url):
         try:
-            worker.wait(timeout=200)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"worker did not finish in time:\n{worker_log.read_text()[-4000:]}")
+            _cli(env, "work-pool", "create", POOL, "--type", "process")
+            _cli(env, "--no-prompt", "deploy", "--name", "odland-tiny")
+            # configs/pipeline/tiny.yaml is the minimal budget (as in
+            # tests/recipes/odysseus/test_pipeline.py); the only override is the private run_dir
+            params = {"preset": "tiny", "overrides": {"run_dir": str(run_dir)}}
+            out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))
+            match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
+            assert match, f"no flow run id in:\n{out}"
+            flow_run_id = match.group(1)
 
-        flow_run = _get_json(f"{api_url}/flow_runs/{flow_run_id}")
-        assert flow_run["state"]["type"] == "COMPLETED", (
-            f"flow run {flow_run['state']}:\n{worker_log.read_text()[-4000:]}"
-        )
-        assert flow_run["parameters"]["overrides"]["run_dir"] == str(run_dir)
-    finally:
-        _stop(worker)
-        _stop(server)
+            with worker_log.open("w") as out_file:
+                worker = subprocess.Popen(
+                    [PREFECT, "worker", "start", "--pool", POOL, "--run-once"],
+                    cwd=tmp_path,
+                    env=env,
+                    stdout=out_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            try:
+                worker.wait(timeout=200)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"worker did not finish in time:\n{worker_log.read_text()[-4000:]}")
+
+            flow_run = _get_json(f"{api_url}/flow_runs/{flow_run_id}")
+            assert flow_run["state"]["type"] == "COMPLETED", (
+                f"flow run {flow_run['state']}:\n{worker_log.read_text()[-4000:]}"
+            )
+            assert flow_run["parameters"]["overrides"]["run_dir"] == str(run_dir)
+        finally:
+            _stop(worker)
 
     # the registry: version 1 of odysseus-odland, aliased by the gate, with its decision as tags
     cfg = load_pipeline_config("tiny", {"run_dir": str(run_dir)})

@@ -9,13 +9,14 @@ a one-line pointer replaced atomically last.
 from __future__ import annotations
 
 import errno
-import os
 import random
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from odyssey_core.common.files import atomic_write
 
 CHECKPOINTS_DIR = "checkpoints"
 LATEST = "latest"
@@ -59,16 +60,7 @@ def checkpoint_name(step: int) -> str:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Readers see the old file or the new one, never half of it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, text)
 
 
 def point_latest(out_dir: str | Path, checkpoint: Path) -> None:

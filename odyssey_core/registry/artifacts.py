@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
+from odyssey_core.common.files import atomic_write
 from odyssey_core.registry.settings import RegistrySettings, S3Credentials, S3Settings
 
 log = logging.getLogger(__name__)
@@ -526,16 +527,8 @@ class LocalArtifactStore(ArtifactStore):
     @staticmethod
     def _atomic_write(path: Path, text: str | bytes) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}{_TMP_SUFFIX}{uuid.uuid4().hex}")
-        data = text.encode() if isinstance(text, str) else text
-        try:
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        # a unique temp name: concurrent writers of one key must not share a temp file
+        atomic_write(path, text, path.with_name(f".{path.name}{_TMP_SUFFIX}{uuid.uuid4().hex}"))
 
     def _write_bytes(self, key: str, data: bytes) -> None:
         sha = hashlib.sha256(data).hexdigest()

@@ -12,7 +12,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ from typing import Any
 import model_fixtures
 import pytest
 import torch
+from helpers_procs import mlflow_process
 
 from odyssey_core.stages import RunConfig, StageContext, parent_run, register_and_gate, run_stage
 
@@ -62,24 +62,14 @@ def mlflow_server(
     for bucket in (STORE_BUCKET, MLFLOW_BUCKET):
         s3.create_bucket(Bucket=bucket)
     port = _free_port()
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    env = {
-        **os.environ,
-        "PATH": f"{mlflow_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "MLFLOW_S3_ENDPOINT_URL": moto_endpoint,
-        "MLFLOW_DISABLE_TELEMETRY": "true",
-    }
-    log = (tmp_path / "mlflow-server.log").open("wb")
-    proc = subprocess.Popen(
+    proc = mlflow_process(
         [
-            *(str(mlflow_bin), "server", "--backend-store-uri", mlflow_uri),
+            *("server", "--backend-store-uri", mlflow_uri),
             *("--artifacts-destination", f"s3://{MLFLOW_BUCKET}"),
             *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
         ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        tmp_path / "mlflow-server.log",
+        MLFLOW_S3_ENDPOINT_URL=moto_endpoint,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -98,7 +88,6 @@ def mlflow_server(
         yield url
     finally:
         _stop(proc)
-        log.close()
 
 
 @pytest.mark.slow  # a server process, moto and the tiny model: about a minute

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import model_fixtures
 import pytest
 import torch
+from helpers_procs import mlflow_process
 
 from odyssey_core.registry.pyfunc import encode_frame
 from odyssey_core.stages import RunConfig, StageContext, register_and_gate, run_stage
@@ -157,19 +157,14 @@ def test_mlflow_models_serve_answers(tmp_path: Path, mlflow_uri: str, tiny_model
     cfg = _cfg(tmp_path, mlflow_uri)
     assert _register(cfg, tiny_model_dir, "odland")["promoted"]
     port = _free_port()
-    mlflow_bin = Path(sys.executable).with_name("mlflow")
-    path = f"{mlflow_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}"  # uvicorn
-    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_uri, "OMP_NUM_THREADS": "1", "PATH": path}
-    log_file = (tmp_path / "serve.log").open("wb")
-    proc = subprocess.Popen(
+    proc = mlflow_process(
         [
-            *(str(mlflow_bin), "models", "serve", "-m", "models:/odysseus-odland@champion"),
+            *("models", "serve", "-m", "models:/odysseus-odland@champion"),
             *("--env-manager", "local", "-h", "127.0.0.1", "-p", str(port), "-w", "1"),
         ],
-        env=env,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        tmp_path / "serve.log",
+        MLFLOW_TRACKING_URI=mlflow_uri,
+        OMP_NUM_THREADS="1",
     )
     try:
         deadline = time.monotonic() + 120
@@ -203,4 +198,3 @@ def test_mlflow_models_serve_answers(tmp_path: Path, mlflow_uri: str, tiny_model
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
-        log_file.close()

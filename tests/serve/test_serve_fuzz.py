@@ -109,6 +109,16 @@ def test_no_server_error_without_a_key(server) -> None:
     _fuzz(server, with_key=False)
 
 
+def _chat(server, **extra) -> httpx.Response:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
+    return httpx.post(
+        server.url + "/v1/chat/completions",
+        json=body,
+        headers={"Authorization": f"Bearer {KEY}"},
+        timeout=REQUEST_TIMEOUT_S,
+    )
+
+
 @pytest.mark.parametrize(
     "extra",
     [  # what fuzzing found answering 500 before the bounds were set
@@ -120,26 +130,14 @@ def test_no_server_error_without_a_key(server) -> None:
     ],
 )
 def test_out_of_range_parameters_are_a_400(server, extra) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
-    response = httpx.post(
-        server.url + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {KEY}"},
-        timeout=REQUEST_TIMEOUT_S,
-    )
+    response = _chat(server, **extra)
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"].startswith(next(iter(extra)))
 
 
 @pytest.mark.parametrize("extra", [{"temperature": 1e-300}, {"top_p": 1e-300}])
 def test_degenerate_sampling_settings_still_answer(server, extra) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], **extra}
-    response = httpx.post(
-        server.url + "/v1/chat/completions",
-        json=body,
-        headers={"Authorization": f"Bearer {KEY}"},
-        timeout=REQUEST_TIMEOUT_S,
-    )
+    response = _chat(server, **extra)
     assert response.status_code == 200, response.text
 
 

@@ -38,7 +38,6 @@ import hashlib
 import json
 import math
 import shutil
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -53,7 +52,7 @@ from odyssey_core.stages import (
     StageContext,
     fetch,
     fetch_json,
-    make_tracker,
+    nightly_plan,
     numeric,
     register_and_gate,
     run_stage,
@@ -746,31 +745,14 @@ def nightly_evaluate(
     ``promotion.nightly_margin``) is how far below it may fall before ``regressed``."""
     from odyssey_core.registry.models import ModelRegistry
 
+    plan = nightly_plan(cfg, out_dir)
     registry = ModelRegistry(cfg.mlflow_uri)
-    name = registry.model_name(cfg.game)
-    champion = registry.champion(cfg.game)
-    if champion is None:
-        raise RuntimeError(f"{name} has no champion to evaluate")
+    series, step, out = plan.series, plan.step, plan.out_dir
     metric = cfg.promotion.metric
     key = GTR_SCORE_KEYS[metric]
     margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-    out = out_dir or Path(cfg.run_dir) / "nightly" / time.strftime("%Y%m%dT%H%M%S")
-    tracker = make_tracker(cfg)
-    found = tracker.client.search_runs(
-        [tracker.experiment_id], filter_string=f"tags.`odyssey.nightly` = '{cfg.game}'"
-    )
-    series = (
-        tracker.attach(found[0].info.run_id)
-        if found
-        else tracker.start(f"nightly-{cfg.game}", tags={"odyssey.nightly": cfg.game})
-    )
-    step = len(tracker.metric_history(series.run_id, "champion_mean"))
-    targets = {"champion": champion}
-    candidate = registry.candidate(cfg.game)
-    if candidate is not None and candidate != champion:
-        targets["candidate"] = candidate
     rows: dict[str, Any] = {}
-    for label, version in targets.items():
+    for label, version in plan.targets.items():
         uri = registry.checkpoint_uri(cfg.game, version)
         evaluated = evaluate_gtr_model(cfg, uri, label, out / label)
         summary = evaluated["summary"]
@@ -791,19 +773,4 @@ def nightly_evaluate(
             step=step,
         )
         log_fn(f"nightly {label} v{version}: {key} {summary[key]:.3f}")
-    tags = registry.client.get_model_version(name, str(champion)).tags or {}
-    recorded = float(tags.get(f"metric.eval.{key}", "nan"))
-    current = rows["champion"]["mean"]
-    regressed = math.isfinite(recorded) and recorded - current > margin
-    series.log_metrics({"champion_regressed": float(regressed)}, step=step)
-    return {
-        "model_name": name,
-        "metric": key,
-        "champion": champion,
-        "recorded": recorded,
-        "current": current,
-        "margin": margin,
-        "regressed": regressed,
-        "evaluated": rows,
-        "mlflow_run_id": series.run_id,
-    }
+    return plan.verdict(rows, f"metric.eval.{key}", margin, metric=key)

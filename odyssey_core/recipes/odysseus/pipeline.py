@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import shutil
 import statistics
 from collections.abc import Callable, Mapping
@@ -46,6 +45,7 @@ from odyssey_core.stages import (
     fetch,
     fetch_json,
     make_tracker,
+    nightly_plan,
     numeric,
     read_marker,
     register_and_gate,
@@ -850,33 +850,13 @@ def nightly_evaluate(
     more point of a time series in MLflow (run ``nightly-<game>``). ``regressed`` says whether
     the champion fell below its recorded score by more than ``promotion.nightly_margin``; the
     caller decides what a regression does (the flow fails and emits an event)."""
-    import time
-
     from odyssey_core.registry.models import ModelRegistry
 
+    plan = nightly_plan(cfg, out_dir)
     registry = ModelRegistry(cfg.mlflow_uri)
-    name = registry.model_name(cfg.game)
-    champion = registry.champion(cfg.game)
-    if champion is None:
-        raise RuntimeError(f"{name} has no champion to evaluate")
-    out = out_dir or cfg.run_dir / "nightly" / time.strftime("%Y%m%dT%H%M%S")
-    tracker = make_tracker(cfg)
-    # one long-lived run per game: its metric history is the nightly time series
-    found = tracker.client.search_runs(
-        [tracker.experiment_id], filter_string=f"tags.`odyssey.nightly` = '{cfg.game}'"
-    )
-    series = (
-        tracker.attach(found[0].info.run_id)
-        if found
-        else tracker.start(f"nightly-{cfg.game}", tags={"odyssey.nightly": cfg.game})
-    )
-    step = len(tracker.metric_history(series.run_id, "champion_mean"))
+    series, step, out = plan.series, plan.step, plan.out_dir
     rows: dict[str, Any] = {}
-    targets = {"champion": champion}
-    candidate = registry.candidate(cfg.game)
-    if candidate is not None and candidate != champion:
-        targets["candidate"] = candidate
-    for label, version in targets.items():
+    for label, version in plan.targets.items():
         uri = registry.checkpoint_uri(cfg.game, version)
         evaluated = evaluate_checkpoint(cfg, uri, label, out / label)
         rows[label] = {
@@ -888,21 +868,7 @@ def nightly_evaluate(
         series.log_metrics(numeric({f"{label}_mean": evaluated["mean"]}), step=step)
         series.log_artifact(evaluated["report_dir"], f"reports/{out.name}/{label}")
         log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
-    tags = registry.client.get_model_version(name, str(champion)).tags or {}
-    recorded = float(tags.get(f"metric.{SCORE_KEY}", "nan"))
-    current = rows["champion"]["mean"]
-    regressed = math.isfinite(recorded) and recorded - current > cfg.promotion.nightly_margin
-    series.log_metrics({"champion_regressed": float(regressed)}, step=step)
-    return {
-        "model_name": name,
-        "champion": champion,
-        "recorded": recorded,
-        "current": current,
-        "margin": cfg.promotion.nightly_margin,
-        "regressed": regressed,
-        "evaluated": rows,
-        "mlflow_run_id": series.run_id,
-    }
+    return plan.verdict(rows, f"metric.{SCORE_KEY}", cfg.promotion.nightly_margin)
 
 
 def nightly_table(result: Mapping[str, Any]) -> str:
