@@ -196,7 +196,7 @@ def _build_data_docs(
             "class_name": "SiteBuilder",
             "store_backend": {
                 "class_name": "TupleFilesystemStoreBackend",
-                "base_directory": str(site_dir),
+                "base_directory": str(Path(site_dir).resolve()),  # GX wants it absolute
             },
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         },

@@ -84,3 +84,14 @@ def test_a_failed_stage_writes_its_data_docs_and_no_stale_page_survives(tmp_path
     ]
     page = (out / "validation.html").read_text()
     assert "curate-FAILED" in page and "9-9" in page
+
+
+def test_data_docs_are_built_from_a_relative_folder(tmp_path: Path, monkeypatch) -> None:
+    """Runs name their folders relative to the working directory (``out/pipeline/...``)."""
+    rows = _rows(tmp_path, 3)
+    monkeypatch.chdir(tmp_path)
+    outcome = validate_annotations(
+        rows, tmp_path, Path("run") / "v", ValidationConfig(max_failed_share=0.5)
+    )
+    assert (tmp_path / "run" / "v" / DATA_DOCS_DIR / "index.html").is_file()
+    assert outcome.html_path.is_file()
