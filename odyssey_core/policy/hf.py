@@ -302,8 +302,10 @@ class HFPolicy(PolicyBackend):
         probs = F.softmax(logits / params.temperature, dim=-1)
         if params.top_p < 1.0:
             sorted_probs, order = probs.sort(dim=-1, descending=True)
-            # Drop a token when the mass before it already reaches top_p (the top one stays).
+            # Drop a token when the mass before it already reaches top_p. The top one always
+            # stays: a tiny top_p rounds to 0 in float32, where the comparison would drop it too.
             drop = sorted_probs.cumsum(dim=-1) - sorted_probs >= params.top_p
+            drop[:, 0] = False
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(1, order, sorted_probs)
         tokens = [

@@ -20,8 +20,8 @@ Images are used as sent: the server does not rescale them (``OpenAIPolicy`` appl
 refused, since the server never reaches the network.
 
 Bounds: ``seed`` is an int64, ``stop_token_ids`` non-negative int64s, ``repetition_penalty``
-in [0.01, 100], floats finite; a temperature below 1e-5 is read as 0 (greedy) and a top_p
-below 1e-6 as 1e-6 (the top token only), where sampling would be numerically degenerate;
+in [0.01, 100], floats finite; a temperature below 1e-5 is read as 0 (greedy), where
+sampling would be numerically degenerate (a tiny top_p keeps the top token, as in HFPolicy);
 ``max_tokens`` may not exceed the server's ``max_tokens_limit``. Anything outside is a 400.
 
 Log-probs (``logprobs: true``) are ``log_softmax(logits / T)[token]`` of each sampled token,
@@ -132,10 +132,9 @@ class ChatMessage(_Lenient):
 
 
 _INT64 = 2**63
-#: below these, sampling is numerically degenerate (logits / T overflows, top_p rounds to 0 in
-#: float32); the server reads them as greedy / keep-the-top-token, which is what they mean
+#: below this, sampling is numerically degenerate (logits / T overflows); the server reads it
+#: as greedy, which is what it means
 _MIN_TEMPERATURE = 1e-5
-_MIN_TOP_P = 1e-6
 
 TokenId = Annotated[int, Field(ge=0, lt=_INT64)]
 
@@ -439,7 +438,7 @@ def _group_params(request: ChatCompletionRequest) -> GenerationParams:
     stop = [request.stop] if isinstance(request.stop, str) else list(request.stop or [])
     return GenerationParams(
         temperature=0.0 if request.temperature < _MIN_TEMPERATURE else request.temperature,
-        top_p=max(request.top_p, _MIN_TOP_P),
+        top_p=request.top_p,
         repetition_penalty=request.repetition_penalty,
         stop=tuple(stop),
         stop_token_ids=tuple(request.stop_token_ids or ()),

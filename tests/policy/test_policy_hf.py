@@ -208,3 +208,15 @@ def test_score_carries_gradients(tiny_policy) -> None:
 def test_generation_params_validate(bad: dict) -> None:
     with pytest.raises(ValueError):
         GenerationParams(**bad)
+
+
+def test_a_tiny_top_p_keeps_the_top_token() -> None:
+    """top_p rounds to 0 in float32 when tiny; the nucleus must still hold its top token."""
+    from odyssey_core.policy.hf import HFPolicy
+
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 0.0, 5.0]])
+    seen = torch.zeros_like(logits, dtype=torch.bool)
+    params = GenerationParams(temperature=1.0, top_p=1e-300)
+    generators = [torch.Generator().manual_seed(k) for k in range(2)]
+    picked = HFPolicy._pick(logits, seen, params, generators)
+    assert picked.tolist() == [1, 2]
