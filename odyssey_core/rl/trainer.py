@@ -15,7 +15,8 @@ One training step:
     5. value fit    a separate value network (the CNN critic) regresses on the returns.
     6. policy       unless in critic warm-up: drop turns with A_t == 0 exactly (optional),
                     recompute the old log-probs with the current weights, then ``epochs``
-                    passes of shuffled minibatches. A minibatch is scored
+                    passes of minibatches drawn by ``SAMPLERS[sampler]`` (shuffled turns,
+                    or whole episodes in time order: ESPO). A minibatch is scored
                     ``score_micro_batch`` turns at a time, each micro-batch's loss is
                     backpropagated at once (so at most one micro-batch of graphs is alive),
                     weighted by its share of the objective's units (tokens or turns), then
@@ -54,6 +55,7 @@ from odyssey_core.rl.checkpoint import (
 from odyssey_core.rl.critic import explained_variance
 from odyssey_core.rl.losses import select_nonzero_advantage_turns
 from odyssey_core.rl.objectives import OBJECTIVES, ObjectiveSettings, ScoredTurns
+from odyssey_core.rl.samplers import SAMPLERS
 from odyssey_core.rl.updater import PlainUpdater
 from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import Budget, Collector, Starts
@@ -100,7 +102,8 @@ class TrainerConfig:
     steps: int = 1
     checkpoint_every: int = 10
     epochs: int = 1
-    minibatch_size: int = 4096  # turns per optimiser step
+    minibatch_size: int = 4096  # per optimiser step, in the sampler's unit (turns / episodes)
+    sampler: str = "shuffled_turns"  # a name in SAMPLERS: how minibatches are drawn
     score_micro_batch: int = 4  # turns per scoring forward (and backward)
     temperature: float = 1.0  # the sampling temperature the log-probs are taken at
     skip_zero_advantage: bool = False
@@ -169,6 +172,7 @@ class Trainer:
         self.value_function, self.updater = value_function, updater
         self.estimator = ESTIMATORS.get(config.estimator)
         self.objective = OBJECTIVES.get(config.objective)
+        self.sampler = SAMPLERS.get(config.sampler)
         if self.estimator.needs_values and value_function is None:
             raise ValueError(f"estimator {config.estimator!r} needs a value function")
         self.out_dir = Path(out_dir)
@@ -298,9 +302,11 @@ class Trainer:
         weights: dict[str, float] = {}
         grad_norms: list[float] = []
         units_seen = 0
+        # a sampler's unit: the group (ESPO: one demonstrated episode and all its samples)
+        # where the batch has groups, else the episode
+        units = turns.group_id if turns.group_id is not None else turns.episode_ids
         for _ in range(c.epochs):
-            order = torch.randperm(len(turns), generator=self.generator)
-            for minibatch in _chunks(order, c.minibatch_size):
+            for minibatch in self.sampler(units, c.minibatch_size, self.generator):
                 pieces = list(_chunks(minibatch, c.score_micro_batch)) if c.policy_loss else []
                 extras = [piece for hook in self.hooks for piece in hook.extra_losses(self)]
                 if not pieces and not extras:

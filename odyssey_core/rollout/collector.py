@@ -121,6 +121,7 @@ class EpisodeStart:
     state: bytes | None = None  # a save state to start from (emulated games)
     seed: int | None = None  # the env seed; None: derived from (collection seed, episode)
     group: int | None = None  # episodes of one group are compared by grouped estimators
+    sample: int | None = None  # which sample of its group this episode is (sample_index)
     max_turns: int | None = None  # a tighter cap for this episode than the collector's
     options: dict[str, Any] = field(default_factory=dict)  # more reset options
 
@@ -491,9 +492,11 @@ class _Episode:
     seed: int
     level_id: str
     group: int | None
+    sample: int | None
     outcomes: list[TurnOutcome] = field(default_factory=list)
     masks: list[tuple[list[bool], list[bool]]] = field(default_factory=list)
     extras: list[dict[str, Any]] = field(default_factory=list)
+    stages: list[str | None] = field(default_factory=list)
 
 
 class _BatchBuilder:
@@ -508,7 +511,9 @@ class _BatchBuilder:
     def on_start(self, episode: int, begin: EpisodeBegin) -> None:
         env_id = self.collector.vector_env.env_ids[begin.slot]
         level_id = _level_id(env_id, episode, begin.start, begin.info)
-        self.running[episode] = _Episode(episode, begin.env_seed, level_id, begin.start.group)
+        self.running[episode] = _Episode(
+            episode, begin.env_seed, level_id, begin.start.group, begin.start.sample
+        )
         self.infos[episode] = begin.info
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
@@ -542,6 +547,8 @@ class _BatchBuilder:
             }
         )
         record.outcomes.append(outcome)
+        stage = before.get("stage")  # the stage of the step this turn answered
+        record.stages.append(None if stage is None else str(stage))
         self.infos[episode] = outcome.info
 
     def on_end(self, episode: int, error: str | None) -> None:
@@ -569,6 +576,8 @@ class _BatchBuilder:
                 "truncated",
                 "extras",
                 "groups",
+                "samples",
+                "stages",
                 "next_observations",
             )
         }
@@ -578,6 +587,8 @@ class _BatchBuilder:
             columns["turn_index"] += list(range(length))
             columns["levels"] += [episode.level_id] * length
             columns["groups"] += [episode.group] * length
+            columns["samples"] += [episode.sample] * length
+            columns["stages"] += episode.stages
             columns["extras"] += episode.extras
             for t, (outcome, (thought, action)) in enumerate(
                 zip(episode.outcomes, episode.masks, strict=True)
@@ -596,7 +607,11 @@ class _BatchBuilder:
                 cut_here = last and not outcome.terminated
                 columns["truncated"].append(cut_here)
                 columns["next_observations"].append(outcome.next_observation if cut_here else None)
-        groups = columns.pop("groups")
+        groups, samples, stages = (
+            columns.pop("groups"),
+            columns.pop("samples"),
+            columns.pop("stages"),
+        )
         return TurnBatch(
             episode_ids=torch.tensor(columns["episode_ids"], dtype=torch.long),
             turn_index=torch.tensor(columns["turn_index"], dtype=torch.long),
@@ -613,6 +628,10 @@ class _BatchBuilder:
             group_id=None
             if any(g is None for g in groups)
             else torch.tensor(groups, dtype=torch.long),
+            sample_index=None
+            if not samples or any(s is None for s in samples)
+            else torch.tensor(samples, dtype=torch.long),
+            stage=None if not stages or any(s is None for s in stages) else stages,
             extras=columns["extras"],
             next_observations=columns["next_observations"],
         )

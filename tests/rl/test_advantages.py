@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+import odyssey_core.recipes.espo.advantages  # noqa: F401  (registers espo, grpo_step)
 from odyssey_core.recipes.odysseus.settings import ODYSSEUS_ESTIMATORS
 from odyssey_core.rl.advantages import ESTIMATORS, AdvantageSettings, compute_advantages
 
@@ -57,11 +58,13 @@ def run(name: str, values=VALUES):
 
 
 def test_registry_has_the_seven_estimators_and_gae_with_their_metadata() -> None:
-    assert set(ESTIMATORS.names()) == {*ODYSSEUS_ESTIMATORS, "gae"}
+    # the engine's own entries, plus the two the ESPO recipe registers when it is imported
+    assert set(ESTIMATORS.names()) == {*ODYSSEUS_ESTIMATORS, "gae", "espo", "grpo_step"}
     assert len(ODYSSEUS_ESTIMATORS) == 7
     needs = {name for name in ESTIMATORS.names() if ESTIMATORS.get(name).needs_values}
     assert needs == {"ppo_critic", "ppo_critic_pos", "gae"}
     assert [n for n in ESTIMATORS.names() if ESTIMATORS.get(n).bootstraps] == ["gae"]
+    assert {n for n in ESTIMATORS.names() if ESTIMATORS.get(n).grouped} == {"espo", "grpo_step"}
 
 
 @pytest.mark.parametrize("name", ["ppo_critic", "grpo_outcome", "grpo_process", "reinforce_pp"])
