@@ -3,8 +3,12 @@ adapter when configured, or a checkpoint's weights/adapter when resuming."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from odyssey_core.models.loading import load_model, load_processor
 from odyssey_core.models.lora import LoraSettings, apply_lora, load_adapter
@@ -12,8 +16,18 @@ from odyssey_core.models.tiny import build_tiny_model
 from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.rl.checkpoint import policy_dir
 from odyssey_core.rl.settings import ModelSettings
+from odyssey_core.rollout.batch import TurnBatch
 
-__all__ = ["BASE_MODEL_DIR", "build_policy", "resolve_base_model"]
+#: ``turns -> log pi_ref`` per response token, for a KL penalty to a frozen reference
+ReferenceScorer = Callable[[TurnBatch], list[torch.Tensor]]
+
+__all__ = [
+    "BASE_MODEL_DIR",
+    "ReferenceScorer",
+    "build_policy",
+    "build_reference",
+    "resolve_base_model",
+]
 
 BASE_MODEL_DIR = "base-model"
 
@@ -62,3 +76,46 @@ def build_policy(
         image_size=model.image_size,
         **policy_kwargs,
     )
+
+
+def build_reference(
+    policy: HFPolicy,
+    temperature: float,
+    micro_batch: int,
+    frozen_model: Path | None = None,
+) -> ReferenceScorer:
+    """log pi_ref for a KL penalty. With a LoRA adapter the reference is the base model under
+    it (the adapter switched off: no second copy in memory); a fully fine-tuned policy needs
+    ``frozen_model``, the folder it started from (e.g. the SFT model), loaded once, frozen."""
+    model = policy.model
+    if hasattr(model, "disable_adapter"):
+        scorer, switch_off = policy, model.disable_adapter
+    elif frozen_model is not None:
+        frozen = load_model(
+            frozen_model,
+            dtype=str(model.dtype).removeprefix("torch."),
+            device=str(next(model.parameters()).device),
+        )
+        frozen.eval().requires_grad_(False)
+        scorer = HFPolicy(
+            frozen,
+            policy.processor,
+            system_prompt=policy.system_prompt,
+            image_scale=policy.image_scale,
+            image_size=policy.image_size,
+        )
+        switch_off = contextlib.nullcontext
+    else:
+        raise ValueError(
+            "a KL penalty needs a reference: train with LoRA (the base model is the reference) "
+            "or give the frozen starting model"
+        )
+
+    def reference(turns: TurnBatch) -> list[torch.Tensor]:
+        with switch_off(), torch.no_grad():
+            scored = scorer.score(
+                turns.prompt_ids, turns.response_ids, turns.frames, temperature, micro_batch
+            )
+        return [r.detach().float().cpu() for r in scored]
+
+    return reference

@@ -20,8 +20,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.collapse import collapse_metrics
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
@@ -31,7 +29,7 @@ from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.objectives import ObjectiveSettings
-from odyssey_core.rl.policy import build_policy
+from odyssey_core.rl.policy import build_policy, build_reference
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig
 from odyssey_core.rl.updater import UpdaterSettings, build_updater
 from odyssey_core.rl.value_functions import CNNValue
@@ -86,26 +84,6 @@ def _odysseus_collapse(batch: TurnBatch) -> Any:
     return collapse_metrics([e.get("response", "") for e in batch.extras], batch.frames)
 
 
-def _lora_reference(policy: Any, settings: RLTrainSettings):
-    """log pi_ref for the KL penalty: the base model, with the LoRA adapter switched off."""
-    model = policy.model
-    if not hasattr(model, "disable_adapter"):
-        raise ValueError("kl_coef > 0 is supported with LoRA only (the base is the reference)")
-
-    def reference(turns: TurnBatch) -> list[torch.Tensor]:
-        with model.disable_adapter():
-            scored = policy.score(
-                turns.prompt_ids,
-                turns.response_ids,
-                turns.frames,
-                settings.rollout.generation.temperature,
-                settings.rollout.score_micro_batch,
-            )
-        return [r.detach().float().cpu() for r in scored]
-
-    return reference
-
-
 def build_trainer(
     settings: RLTrainSettings,
     out_dir: str | Path,
@@ -158,7 +136,11 @@ def build_trainer(
             ),
         ],
         callbacks=callbacks,
-        reference=_lora_reference(policy, s) if s.ppo.kl_coef > 0 else None,
+        reference=build_reference(
+            policy, s.rollout.generation.temperature, s.rollout.score_micro_batch
+        )
+        if s.ppo.kl_coef > 0
+        else None,
     )
     if resume:
         trainer.resume()
