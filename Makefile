@@ -12,8 +12,10 @@ PACKAGED_ROM := odyssey_core/envs/pyboy/roms/odland.gb
 BUILT_ROM := $(BUILD)/odland.gb
 DEMO_OUT ?= out
 # sdcc builds the odland ROM; cmake, g++ and make compile the alfworld extra's engines
-# (fast-downward-textworld and jericho ship as source).
-APT_PACKAGES := sdcc cmake g++ make
+# (fast-downward-textworld and jericho ship as source); chromium (headless, driven by Playwright
+# at /usr/bin/chromium) and chromium-driver render the persona app in a real browser for the
+# renderer parity check. No tool downloads a browser of its own.
+APT_PACKAGES := sdcc cmake g++ make chromium chromium-driver
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.odyssey-installed
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -58,14 +60,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-# The package, its dev tools and the alfworld and deepspeed extras, reinstalled when
+# The package, its dev tools and the alfworld, deepspeed and espo extras, reinstalled when
 # pyproject.toml or this Makefile changes (so an existing venv picks up a new install line).
 # DeepSpeed is pure Python on the CPU; the tests run its ZeRO-2 path single-process on gloo.
 # torch comes first and pinned: that is the CPU build; an unpinned torch would pull a multi-GB
 # CUDA build. The alfworld extra compiles Fast Downward and Jericho the first time (minutes).
 $(STAMP): pyproject.toml Makefile | $(PY)
 	$(PIP) install --quiet $(TORCH)
-	$(PIP) install --quiet -e '.[dev,alfworld,deepspeed]'
+	$(PIP) install --quiet -e '.[dev,alfworld,deepspeed,espo]'
 	touch $@
 
 # Rebuild the open ROM from C and fail when it differs from the one the package ships.
