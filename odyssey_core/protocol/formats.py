@@ -24,6 +24,12 @@ where ``info`` is the env's info dict at the start of the turn (GTR reads its
     closing punctuation and the end-of-turn token) are action. With no action key at all,
     every token that starts inside the text is thought (the env then plays a random action,
     which the text did not choose); with a key but no thought, every token is action.
+``espo``
+    The personalized GUI agent's ``<think>...</think><answer>{...}</answer>``, parsed by
+    :func:`~odyssey_core.envs.persona.actions.parse_gui_answer` into a ``ParsedGuiAnswer``.
+    A token is thought (action) when its characters overlap the think (answer) block's
+    contents; the tags themselves, whitespace around the blocks and the eos token are in
+    neither mask unless a token also covers content.
 """
 
 from __future__ import annotations
@@ -33,12 +39,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from odyssey_core.common.registry import Registry
+from odyssey_core.envs.persona.actions import ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.protocol.actions import GAMEBOY_SPACE, ActionSpace
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response
 from odyssey_core.protocol.masks import span_token_masks, token_char_offsets, token_start_offsets
 from odyssey_core.protocol.parsing import ParsedResponse, coerce_text, parse_response
 
-__all__ = ["RESPONSE_FORMATS", "GTRFormat", "OdysseusFormat", "ResponseFormat"]
+__all__ = ["RESPONSE_FORMATS", "EspoFormat", "GTRFormat", "OdysseusFormat", "ResponseFormat"]
 
 Masks = tuple[list[bool], list[bool]]
 
@@ -116,7 +123,23 @@ class GTRFormat(ResponseFormat):
         return thought, [not t for t in thought]
 
 
+class EspoFormat(ResponseFormat):
+    """The GUI agent's ``<think>`` / ``<answer>{action, point, input_text}</answer>``."""
+
+    name = "espo"
+
+    def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedGuiAnswer:
+        return parse_gui_answer(text)
+
+    def masks_of(
+        self, parsed: ParsedGuiAnswer, text: str, response_ids: Sequence[int], tokenizer: Any
+    ) -> Masks:
+        offsets = token_char_offsets(text, response_ids, tokenizer)
+        return span_token_masks(offsets, parsed.thought_span, parsed.answer_span)
+
+
 #: name -> format instance, e.g. ``RESPONSE_FORMATS.get("gtr").parse(text, info)``
 RESPONSE_FORMATS: Registry[ResponseFormat] = Registry("response format")
 RESPONSE_FORMATS.register(OdysseusFormat.name, OdysseusFormat())
 RESPONSE_FORMATS.register(GTRFormat.name, GTRFormat())
+RESPONSE_FORMATS.register(EspoFormat.name, EspoFormat())

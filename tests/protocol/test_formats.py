@@ -37,7 +37,7 @@ def _eot(tokenizer) -> int:
 
 
 def test_registry_holds_both_formats() -> None:
-    assert RESPONSE_FORMATS.names() == ["gtr", "odysseus"]
+    assert RESPONSE_FORMATS.names() == ["espo", "gtr", "odysseus"]
     assert isinstance(RESPONSE_FORMATS.get("odysseus"), OdysseusFormat)
     assert isinstance(RESPONSE_FORMATS.get("gtr"), GTRFormat)
     for name in RESPONSE_FORMATS:

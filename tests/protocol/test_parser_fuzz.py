@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from odyssey_core.envs.persona.actions import ACTION_TYPES, ParsedGuiAnswer
 from odyssey_core.protocol import GAMEBOY_SPACE, RESPONSE_FORMATS, ActionSpace, parse_response
 from odyssey_core.protocol.actions import FallbackPolicy, resolve_action
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response, resolve
@@ -234,9 +235,21 @@ infos = st.one_of(
 )
 
 
-def _check_format(name: str, parsed, info) -> None:
+def _check_espo(parsed, text: str) -> None:
+    """A GUI answer is valid exactly when it has an action and no error; spans lie in text."""
+    assert isinstance(parsed, ParsedGuiAnswer)
+    assert parsed.valid == (parsed.error is None)
+    if parsed.valid:
+        assert parsed.action is not None and parsed.action.action in ACTION_TYPES
+    for span in (parsed.thought_span, parsed.answer_span):
+        assert span is None or 0 <= span[0] <= span[1] <= len(text)
+
+
+def _check_format(name: str, parsed, info, text: str = "") -> None:
     if name == "odysseus":
         _check_odysseus(parsed, RESPONSE_FORMATS.get(name).space, None)
+    elif name == "espo":
+        _check_espo(parsed, text)
     else:
         legal = [str(a) for a in (info or {}).get("legal_actions") or ()]
         if legal:
@@ -259,7 +272,7 @@ def test_response_formats_parse_and_mask_anything(tokenizer, name, text, info, d
     parsed = fmt.parse(decoded, info)
     if info is None or isinstance(info.get("legal_actions", ()), list | tuple):
         assert parsed.error != "parse_failure", parsed.detail  # a parser bug, caught
-    _check_format(name, parsed, info)
+    _check_format(name, parsed, info, decoded)
     thought, action = fmt.token_masks(decoded, ids, tokenizer, info)
     assert len(thought) == len(action) == len(ids)
     assert all(isinstance(m, bool) for m in [*thought, *action])

@@ -1,0 +1,1 @@
+"""Tests of odyssey_core.recipes.espo."""
