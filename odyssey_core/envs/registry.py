@@ -24,6 +24,7 @@ from odyssey_core.common.registry import Registry, import_object
 from odyssey_core.envs.alfworld.specs import ALFWORLD_ENVS
 from odyssey_core.envs.base import TurnEnv
 from odyssey_core.envs.cards.specs import CARDS_ENVS
+from odyssey_core.envs.persona.specs import PERSONA_ENVS
 from odyssey_core.envs.pyboy.specs import PYBOY_ENVS
 from odyssey_core.envs.spec import EnvSpec
 
@@ -41,7 +42,7 @@ __all__ = [
 GYM_NAMESPACE = "odyssey"
 
 #: every built-in environment, in registration order
-BUILTIN_ENVS: tuple[EnvSpec, ...] = (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS)
+BUILTIN_ENVS: tuple[EnvSpec, ...] = (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS, *PERSONA_ENVS)
 
 ENVIRONMENTS: Registry[EnvSpec] = Registry("environment")
 

@@ -11,16 +11,17 @@ import gymnasium
 from odyssey_core.envs import ENVIRONMENTS, EnvSpec, list_envs, make_env, register_env
 from odyssey_core.envs.alfworld.specs import ALFWORLD_ENVS
 from odyssey_core.envs.cards.specs import CARDS_ENVS
+from odyssey_core.envs.persona.specs import PERSONA_ENVS
 from odyssey_core.envs.pyboy.levels import MARIO_LEVELS, ODLAND_LEVELS
 from odyssey_core.envs.pyboy.specs import PYBOY_ENVS
 from odyssey_core.envs.registry import BUILTIN_ENVS, GYM_NAMESPACE
 
 
 def test_every_builtin_spec_is_registered_here_and_with_gymnasium() -> None:
-    assert (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS) == BUILTIN_ENVS
+    assert (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS, *PERSONA_ENVS) == BUILTIN_ENVS
     names = [spec.name for spec in BUILTIN_ENVS]
-    assert len(names) == len(set(names)) == len(ODLAND_LEVELS) + len(MARIO_LEVELS) + 4 + 7
-    assert {"odland-1-1", "mario-4-2", "cards-points24", "alfworld", "alfworld-pick2"} <= set(names)
+    assert len(names) == len(set(names)) == len(ODLAND_LEVELS) + len(MARIO_LEVELS) + 4 + 7 + 7
+    assert {"odland-1-1", "mario-4-2", "cards-points24", "alfworld", "persona-hotel"} <= set(names)
     assert set(names) <= set(ENVIRONMENTS.names())
     listed = {spec.name: spec for spec in list_envs()}
     for spec in BUILTIN_ENVS:

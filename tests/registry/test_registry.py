@@ -36,6 +36,6 @@ def test_every_level_is_registered_here_and_in_gymnasium() -> None:
 
 
 def test_agents_registry() -> None:
-    assert set(AGENTS.names()) == {"expert", "random"}
+    assert set(AGENTS.names()) == {"expert", "persona-expert", "random"}
     assert isinstance(make_agent("expert"), SearchExpert)
     assert isinstance(make_agent("random", seed=1), RandomAgent)

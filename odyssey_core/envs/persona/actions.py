@@ -89,7 +89,7 @@ class GuiAction:
         point = data.get("point") or NO_POINT
         return cls(
             action=ALIASES.get(str(data["action"]), str(data["action"])),
-            point=(int(round(float(point[0]))), int(round(float(point[1])))),
+            point=(round(float(point[0])), round(float(point[1]))),
             input_text=str(data.get("input_text", NO_TEXT)),
         )
 
@@ -164,7 +164,7 @@ def parse_gui_answer(text: Any) -> ParsedGuiAnswer:
     point = data.get("point", list(NO_POINT))
     try:
         x, y = (float(v) for v in point)
-        xy = (int(round(x)), int(round(y)))
+        xy = (round(x), round(y))
     except (TypeError, ValueError):
         return fail(f"point must be [x, y], got {point!r}")
     input_text = str(data.get("input_text", NO_TEXT)).strip() or NO_TEXT
@@ -200,6 +200,6 @@ def rescale_point(
         return NO_POINT
     (sw, sh), (tw, th) = source, target
     return (
-        min(tw - 1, max(0, int(round(point[0] * tw / sw)))),
-        min(th - 1, max(0, int(round(point[1] * th / sh)))),
+        min(tw - 1, max(0, round(point[0] * tw / sw))),
+        min(th - 1, max(0, round(point[1] * th / sh))),
     )

@@ -1,0 +1,173 @@
+"""Drawing a :class:`~odyssey_core.envs.persona.screen.Screen` as pixels.
+
+A :class:`Renderer` turns a screen into ``uint8[H, W, 3]``. :class:`FastRenderer` paints with
+Pillow and the font Pillow bundles (``ImageFont.load_default(size=...)``), so no system font
+is looked up. Each element is painted on its own tile (its box, borders included) and pasted
+back, so nothing an element draws leaves its box; elements are painted in list order, later
+over earlier. Styles go by role: a selected element (a chosen chip or day, the focused field)
+is drawn filled; a field shows its value, or its label greyed when empty. The same screen
+gives byte-identical pixels.
+"""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from odyssey_core.envs.persona.screen import Element, Screen
+
+__all__ = ["BACKGROUND", "ROLE_STYLES", "FastRenderer", "Renderer", "RoleStyle"]
+
+RGB = tuple[int, int, int]
+BACKGROUND: RGB = (243, 244, 246)
+BLUE: RGB = (37, 99, 235)
+WHITE: RGB = (255, 255, 255)
+MIN_FONT = 8
+
+
+class Renderer(Protocol):
+    """Anything that draws a screen: ``render(screen) -> uint8[screen.height, screen.width, 3]``."""
+
+    def render(self, screen: Screen) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class RoleStyle:
+    fill: RGB | None  # None: transparent
+    outline: RGB | None
+    text: RGB
+    font: int  # font size in pixels on a 448-pixel-wide screen
+    centered: bool = False
+    selected_fill: RGB | None = None  # how a selected element looks
+    selected_text: RGB | None = None
+    rounded: bool = True
+
+
+ROLE_STYLES: dict[str, RoleStyle] = {
+    "status_bar": RoleStyle((31, 41, 55), None, WHITE, 13, rounded=False),
+    "title": RoleStyle(None, None, (17, 24, 39), 22),
+    "text": RoleStyle(None, None, (55, 65, 81), 15),
+    "button": RoleStyle((219, 234, 254), BLUE, (29, 78, 216), 16, True, BLUE, WHITE),
+    "field": RoleStyle(WHITE, (156, 163, 175), (17, 24, 39), 16, selected_fill=(239, 246, 255)),
+    "date": RoleStyle(WHITE, (156, 163, 175), (17, 24, 39), 16, True, BLUE, WHITE),
+    "list_item": RoleStyle(WHITE, (209, 213, 219), (17, 24, 39), 16),
+    "image": RoleStyle((191, 219, 254), None, WHITE, 14, rounded=False),
+    "sheet": RoleStyle(WHITE, (156, 163, 175), (17, 24, 39), 16),
+    "close": RoleStyle((229, 231, 235), (156, 163, 175), (55, 65, 81), 16, True),
+}
+PLACEHOLDER: RGB = (156, 163, 175)
+SECONDARY: RGB = (75, 85, 99)
+
+
+@functools.cache
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    return ImageFont.load_default(size=size)
+
+
+def _fit(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: float) -> str:
+    """``text`` cut with "..." to fit ``width`` pixels."""
+    if font.getlength(text) <= width:
+        return text
+    while text and font.getlength(text + "...") > width:
+        text = text[:-1]
+    return text + "..." if text else ""
+
+
+def _wrap(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: float) -> list[str]:
+    """Greedy word wrap of every paragraph of ``text`` to ``width`` pixels."""
+    lines: list[str] = []
+    for paragraph in text.split("\n"):
+        line = ""
+        for word in paragraph.split():
+            candidate = f"{line} {word}".strip()
+            if line and font.getlength(candidate) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return lines
+
+
+def _image_fill(element: Element) -> RGB:
+    """A stable pastel per picture, from its id and caption."""
+    h = zlib.crc32(f"{element.id}|{element.text}".encode())
+    return (150 + h % 80, 160 + (h >> 8) % 70, 170 + (h >> 16) % 60)
+
+
+class FastRenderer:
+    """The Pillow renderer; ``font_scale`` enlarges or shrinks every font."""
+
+    def __init__(self, font_scale: float = 1.0) -> None:
+        if font_scale <= 0:
+            raise ValueError("font_scale must be positive")
+        self.font_scale = font_scale
+
+    def render(self, screen: Screen) -> np.ndarray:
+        image = Image.new("RGB", (screen.width, screen.height), BACKGROUND)
+        scale = self.font_scale * screen.width / 448
+        for element in screen:
+            x0, y0, x1, y1 = element.box
+            tile = image.crop((x0, y0, x1 + 1, y1 + 1))
+            self._paint(tile, element, scale)
+            image.paste(tile, (x0, y0))
+        return np.asarray(image, dtype=np.uint8).copy()
+
+    def _paint(self, tile: Image.Image, element: Element, scale: float) -> None:
+        style = ROLE_STYLES[element.role]
+        draw = ImageDraw.Draw(tile)
+        w, h = tile.size
+        fill, color = style.fill, style.text
+        if element.selected and style.selected_fill is not None:
+            fill, color = style.selected_fill, style.selected_text or color
+        outline = BLUE if element.selected and element.role == "field" else style.outline
+        if element.role == "image":
+            fill = _image_fill(element)
+        if fill is not None or outline is not None:
+            radius = min(w, h) // 2 if element.role == "close" else min(w, h) // 6
+            shape = (0, 0, w - 1, h - 1)
+            border = 2 if element.selected and element.role == "field" else 1
+            if style.rounded and radius > 1:
+                draw.rounded_rectangle(shape, radius, fill=fill, outline=outline, width=border)
+            else:
+                draw.rectangle(shape, fill=fill, outline=outline, width=border if outline else 0)
+        if element.role == "image":
+            # a hill and a sun, so a picture reads as a picture
+            draw.polygon([(0, h - 1), (w // 3, h // 2), (2 * w // 3, h - 1)], fill=(120, 160, 120))
+            r = max(1, min(w, h) // 8)
+            draw.ellipse((w - 3 * r, r, w - r, 3 * r), fill=(250, 204, 21))
+        text = element.value or element.text
+        if element.role in ("field", "date") and not element.value:
+            color = PLACEHOLDER  # the label stands in for the empty value
+        if text and element.role != "image":
+            self._text(draw, text, style, color, w, h, scale, element.role)
+
+    def _text(
+        self,
+        draw: ImageDraw.ImageDraw,
+        text: str,
+        style: RoleStyle,
+        color: RGB,
+        w: int,
+        h: int,
+        scale: float,
+        role: str,
+    ) -> None:
+        pad = max(2, round(8 * scale)) if role != "close" else 0
+        size = max(MIN_FONT, min(round(style.font * scale), int(h * 0.7)))
+        font = _font(size)
+        line_height = round(size * 1.3)
+        lines = _wrap(text, font, w - 2 * pad) if role in ("text", "list_item") else [text]
+        lines = lines[: max(1, h // line_height)]
+        top = (h - line_height * len(lines)) // 2
+        for k, line in enumerate(lines):
+            line = _fit(line, font, w - 2 * pad)
+            y = top + k * line_height + line_height // 2
+            x, anchor = (w // 2, "mm") if style.centered else (pad, "lm")
+            shade = SECONDARY if role == "list_item" and k > 0 else color
+            draw.text((x, y), line, font=font, fill=shade, anchor=anchor)
