@@ -4,8 +4,10 @@ scores as an MLflow time series, and fail loudly when the champion regresses.
 One flow for every recipe's registered model: ``recipe="odysseus"`` (odland, mario: the score is
 the mean progress of ``configs/pipeline/<preset>.yaml``'s suite) and ``recipe="gtr"`` (points24,
 numberline: the per-episode ``promotion.metric`` of ``configs/gtr_pipeline/<preset>.yaml``, on
-the evaluation's fixed deals). A regression emits :data:`REGRESSION_EVENT`, which the
-``odyssey-champion-regressed`` Automation (:mod:`flows.automations`) turns into a notification."""
+the evaluation's fixed deals) and ``recipe="espo"`` (the per-episode ``promotion.metric`` of
+``configs/espo_pipeline/<preset>.yaml`` on its test episodes). A regression emits
+:data:`REGRESSION_EVENT`, which the ``odyssey-champion-regressed`` Automation
+(:mod:`flows.automations`) turns into a notification."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from prefect.events import emit_event
 
 from odyssey_core.recipes.odysseus.pipeline import nightly_table
 from tasks.common import post_report
+from tasks.espo import espo_nightly_task
 from tasks.gtr import gtr_nightly_task
 from tasks.odysseus import nightly_task
 
@@ -44,13 +47,15 @@ def _with_margin(overrides: dict[str, Any] | None, margin: float | None) -> dict
 def nightly_eval_flow(
     preset: str = "tiny",
     overrides: dict[str, Any] | None = None,
-    recipe: Literal["odysseus", "gtr"] = "odysseus",
+    recipe: Literal["odysseus", "gtr", "espo"] = "odysseus",
     margin: float | None = None,
 ) -> dict[str, Any]:
     """Re-evaluate the champion of ``recipe``'s preset; ``margin`` (None: the preset's) is how
     far below its recorded score it may fall before the run fails and emits the event."""
     if recipe == "gtr":
         result = gtr_nightly_task(preset, overrides, margin)
+    elif recipe == "espo":
+        result = espo_nightly_task(preset, overrides, margin)
     else:
         result = nightly_task(
             preset, _with_margin(overrides, margin) if margin is not None else overrides

@@ -3,15 +3,16 @@
 A version of ``<prefix>-<game>`` is an MLflow Model (``MLmodel``, a signature, an input
 example) whose artifacts are the HF checkpoint folder (``checkpoint``) and, where the
 checkpoint has one, the critic / value head (``critic``). Its ``model_config`` is the
-*serving spec*: which recipe answers (``odysseus`` or ``gtr``), the response format that parses
-the answer (``odyssey_core.protocol.RESPONSE_FORMATS``), the system prompt the model was
+*serving spec*: which recipe answers (``odysseus``, ``gtr`` or ``espo``), the response format
+that parses the answer (``odyssey_core.protocol.RESPONSE_FORMATS``), the system prompt the model was
 trained with, the frame scaling and the generation defaults. So anything in the MLflow world
 can use the champion::
 
     import mlflow
     model = mlflow.pyfunc.load_model("models:/odysseus-odland@champion")
     model.predict(pd.DataFrame([{"image": png_base64, "text": "Level 1-1. ..."}]))
-    #   -> action ('["right", "a"]' or a card action), valid, text (the raw answer), recipe
+    #   -> action ('["right", "a"]', a card action, or an ESPO GUI action as JSON), valid,
+    #      text (the raw answer), recipe
 
     mlflow models serve -m "models:/odysseus-odland@champion" --env-manager local -p 5001
 
@@ -88,6 +89,8 @@ def serving_spec(
     if recipe is None:
         if provenance.get("recipe") == "gtr" or game.startswith("gtr-"):
             recipe = "gtr"
+        elif game.startswith("espo-"):
+            recipe = "espo"
         else:
             recipe = "odysseus"
     if recipe == "gtr":
@@ -102,8 +105,14 @@ def serving_spec(
         env = env or game
         prompt = system_prompt or get_system_prompt(env if env in _GAMEBOY_GAMES else "odland")
         fmt = "odysseus"
+    elif recipe == "espo":
+        from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+
+        env = env or "persona"
+        prompt = system_prompt or ESPO_SYSTEM_PROMPT
+        fmt = "espo"
     else:
-        raise ValueError(f"unknown recipe {recipe!r}: odysseus or gtr")
+        raise ValueError(f"unknown recipe {recipe!r}: odysseus, gtr or espo")
     return {
         "recipe": recipe,
         "game": game,
@@ -152,7 +161,8 @@ def example_frame(recipe: str) -> Any:
     """A small frame for the input example: a Game Boy screen or a card table size."""
     import numpy as np
 
-    shape = (144, 160, 3) if recipe == "odysseus" else (96, 128, 3)
+    shapes = {"odysseus": (144, 160, 3), "espo": (448, 224, 3)}  # espo: a tiny phone screen
+    shape = shapes.get(recipe, (96, 128, 3))
     frame = np.zeros(shape, np.uint8)
     frame[shape[0] // 2 :, :, 1] = 160  # something that is not a blank screen
     return frame
@@ -247,6 +257,8 @@ class OdysseyAgentModel(mlflow.pyfunc.PythonModel):
             if spec.get("format") == "gtr":
                 # the configured fallback of GTR: an unparsable answer plays a legal action
                 action = parsed.action if parsed.valid else (legal[0] if legal else "")
+            elif spec.get("format") == "espo":  # the GUI action as JSON, "" when unreadable
+                action = "" if parsed.action is None else json.dumps(parsed.action.to_json())
             else:
                 action = json.dumps(list(parsed.buttons) if parsed.valid else ["noop"])
             out.append(
@@ -298,6 +310,8 @@ def _input_example(spec: Mapping[str, Any]) -> Any:
 
     if spec["recipe"] == "gtr":
         text, legal = "Reach the target number. Legal actions: 1, 2.", json.dumps(["1", "2"])
+    elif spec["recipe"] == "espo":
+        text, legal = "The user asked: a quiet hotel in Paris. No actions yet.", ""
     else:
         from odyssey_core.protocol.prompts import build_turn_text
 

@@ -1,8 +1,10 @@
 """The personalized-GUI environment: SmartSpot-like episodes, replayed or played live.
 
 ``PersonaEnv(dataset=None | folder, preset="tiny", seed=0, channel=None, split="train",
-mode="replay" | "online", max_steps=50)``. Without a folder the preset is generated in memory
-(:func:`~odyssey_core.envs.persona.dataset.generate_episodes` with ``seed``).
+mode="replay" | "online", max_steps=50, history_window=None)``. Without a folder the preset is
+generated in memory (:func:`~odyssey_core.envs.persona.dataset.generate_episodes` with
+``seed``). The turn text lists every action so far, or the last ``history_window`` of them
+(the paper's prompt shows all; a short window keeps prompts small for a CPU model).
 
 * ``replay`` (the paper's offline protocol, teacher-forced): every observation is the next
   recorded step, whatever the agent answered; the history in the turn text holds the
@@ -65,14 +67,19 @@ def _printable(text: str) -> str:
     return "".join(c if c in _PRINTABLE else "?" for c in text)
 
 
-def turn_text(request: str, history: list[str], width: int, height: int) -> str:
-    """The text of one turn: the request, the screen size and the actions so far."""
+def turn_text(
+    request: str, history: list[str], width: int, height: int, window: int | None = None
+) -> str:
+    """The text of one turn: the request, the screen size and the actions so far (the last
+    ``window`` of them when set)."""
     head = [
         "You are working a phone app for a user.",
         f'The user said: "{request}"',
         f"The screenshot is {width} x {height} pixels; points [x, y] count from its top-left.",
     ]
     lines = [f"{k}. {line[:160]}" for k, line in enumerate(history, start=1)]
+    if window is not None:
+        lines = lines[len(lines) - window :] if window else []
     while True:  # drop the oldest actions until the text fits
         omitted = len(history) - len(lines)
         body = ["Actions so far: none."] if not history else ["Actions so far, oldest first:"]
@@ -98,6 +105,7 @@ class PersonaEnv(TurnEnv):
         mode: str = "replay",
         max_steps: int = 50,
         renderer: Renderer | None = None,
+        history_window: int | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
@@ -107,6 +115,9 @@ class PersonaEnv(TurnEnv):
             raise ValueError(f"unknown channel {channel!r}; channels: {CHANNELS}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if history_window is not None and history_window < 0:
+            raise ValueError(f"history_window must be >= 0 or None, got {history_window}")
+        self.history_window = history_window
         self.dataset = Path(dataset) if dataset is not None else None
         self.mode, self.split, self.channel, self.max_steps = mode, split, channel, max_steps
         self.renderer = renderer or FastRenderer()
@@ -328,6 +339,8 @@ class PersonaEnv(TurnEnv):
 
     def _observation(self) -> Observation:
         self._image = self._frame()
-        text = turn_text(self.episode.request, self._history, self.width, self.height)
+        text = turn_text(
+            self.episode.request, self._history, self.width, self.height, self.history_window
+        )
         meta = {"episode_id": self.episode.episode_id, "mode": self.mode}
         return Observation(image=self._image.copy(), text=text, meta=meta)

@@ -1,0 +1,223 @@
+"""Evaluating a personalized GUI agent, on the one collector.
+
+* Offline (the paper's protocol, teacher-forced): every step of every episode of a split is
+  shown as the demonstration saw it (the screen and the demonstrated actions so far), the
+  agent answers once, and the answer is scored against the demonstrated step: EleAcc, Op F1,
+  Step SR and RecAcc (:mod:`~odyssey_core.recipes.espo.metrics`).
+* Online: the agent's own actions drive the app from the episode's first screen; it decides
+  when the pool is found, then says Yes / No to each candidate the app lists; the episode
+  succeeds when its Yes set equals the user's.
+
+Both play :class:`~odyssey_core.envs.persona.env.PersonaEnv` through
+:class:`~odyssey_core.rollout.collector.Collector` with an observer of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from odyssey_core.envs.persona.env import PersonaEnv
+from odyssey_core.envs.persona.episode import EpisodeRecord
+from odyssey_core.envs.vector import SyncVectorEnv
+from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.recipes.espo.metrics import StepOutcome, outcome_from_response
+from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+from odyssey_core.rollout.collector import (
+    Collector,
+    EpisodeBegin,
+    EpisodeBudget,
+    EpisodeStart,
+    TurnOutcome,
+)
+
+__all__ = ["OnlineResult", "evaluate_offline", "evaluate_online", "load_espo_policy"]
+
+
+def load_espo_policy(
+    model_dir: str | Path,
+    *,
+    image_size: tuple[int, int] | None = None,
+    image_scale: int | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> HFPolicy:
+    """An :class:`HFPolicy` on a plain model folder with the ESPO system prompt."""
+    policy = HFPolicy(
+        Path(model_dir),
+        system_prompt=ESPO_SYSTEM_PROMPT,
+        image_size=image_size,
+        image_scale=image_scale,
+        dtype=dtype,
+        device=device,
+    )
+    policy.model.eval()
+    return policy
+
+
+def _starts(episodes: list[EpisodeRecord]) -> list[EpisodeStart]:
+    return [EpisodeStart(options={"episode": e.episode_id}) for e in episodes]
+
+
+@dataclass
+class _OfflineObserver:
+    """Scores each teacher-forced answer against the step it answered."""
+
+    episodes: list[EpisodeRecord]
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    turns: dict[int, int] = field(default_factory=dict)
+
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None:
+        self.turns[episode] = 0
+
+    def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
+        record = self.episodes[episode]
+        step = record.steps[self.turns[episode]]
+        self.turns[episode] += 1
+        text = outcome.generation.text if outcome.generation is not None else ""
+        self.outcomes.append(outcome_from_response(step, record, text))
+
+    def on_end(self, episode: int, error: str | None) -> None:
+        if error is not None:
+            raise RuntimeError(
+                f"offline evaluation of {self.episodes[episode].episode_id}: {error}"
+            )
+
+
+def _collector(
+    policy: Any,
+    dataset: Path,
+    split: str,
+    mode: str,
+    n_envs: int,
+    generation: GenerationParams,
+    max_turns: int,
+    channel: str | None,
+    env_kwargs: dict[str, Any] | None = None,
+) -> Collector:
+    def factory() -> PersonaEnv:
+        return PersonaEnv(
+            dataset=dataset, split=split, channel=channel, mode=mode, **(env_kwargs or {})
+        )
+
+    return Collector(SyncVectorEnv([factory] * n_envs), policy, generation, max_turns=max_turns)
+
+
+def evaluate_offline(
+    policy: Any,
+    dataset: Path,
+    episodes: list[EpisodeRecord],
+    *,
+    split: str = "test",
+    generation: GenerationParams | None = None,
+    n_envs: int = 4,
+    seed: int = 0,
+    channel: str | None = None,
+    history_window: int | None = None,
+) -> list[StepOutcome]:
+    """One answer per demonstrated step of ``episodes`` (all of ``split``), teacher-forced."""
+    if not episodes:
+        raise ValueError(f"no {split} episodes to evaluate")
+    generation = generation or GenerationParams(temperature=0.0, max_new_tokens=160)
+    collector = _collector(
+        policy,
+        dataset,
+        split,
+        "replay",
+        min(n_envs, len(episodes)),
+        generation,
+        max(len(e.steps) for e in episodes),
+        channel,
+        {"history_window": history_window},
+    )
+    observer = _OfflineObserver(list(episodes))
+    try:
+        collector.play(EpisodeBudget(len(episodes)), observer, seed=seed, starts=_starts(episodes))
+    finally:
+        collector.vector_env.close()
+    return observer.outcomes
+
+
+@dataclass(frozen=True)
+class OnlineResult:
+    """One online episode: the agent's Yes set against the user's."""
+
+    episode_id: str
+    success: bool
+    recommended: tuple[str, ...]
+    yes_set: tuple[str, ...]
+    turns: int
+    error: str | None = None
+
+
+@dataclass
+class _OnlineObserver:
+    episodes: list[EpisodeRecord]
+    last_info: dict[int, dict[str, Any]] = field(default_factory=dict)
+    turns: dict[int, int] = field(default_factory=dict)
+    results: dict[int, OnlineResult] = field(default_factory=dict)
+
+    def on_start(self, episode: int, begin: EpisodeBegin) -> None:
+        self.turns[episode] = 0
+        self.last_info[episode] = begin.info
+
+    def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
+        self.turns[episode] += 1
+        self.last_info[episode] = outcome.info
+
+    def on_end(self, episode: int, error: str | None) -> None:
+        info = self.last_info.get(episode, {})
+        self.results[episode] = OnlineResult(
+            episode_id=self.episodes[episode].episode_id,
+            success=error is None and bool(info.get("success", False)),
+            recommended=tuple(info.get("recommended", ())),
+            yes_set=tuple(info.get("yes_set", self.episodes[episode].yes_items)),
+            turns=self.turns.get(episode, 0),
+            error=error,
+        )
+
+
+def evaluate_online(
+    policy: Any,
+    dataset: Path,
+    episodes: list[EpisodeRecord],
+    *,
+    split: str = "test",
+    generation: GenerationParams | None = None,
+    n_envs: int = 4,
+    seed: int = 0,
+    max_steps: int = 40,
+    channel: str | None = None,
+    history_window: int | None = None,
+) -> list[OnlineResult]:
+    """Each episode played live from its first screen (episodes without a scenario, such as
+    loaded SmartSpot records, cannot be played live and are left out)."""
+    live = [e for e in episodes if e.scenario]
+    if not live:
+        return []
+    generation = generation or GenerationParams(temperature=0.0, max_new_tokens=160)
+    collector = _collector(
+        policy,
+        dataset,
+        split,
+        "online",
+        min(n_envs, len(live)),
+        generation,
+        max_steps,
+        channel,
+        {"max_steps": max_steps, "history_window": history_window},
+    )
+    observer = _OnlineObserver(live)
+    try:
+        collector.play(
+            EpisodeBudget(len(live)),
+            observer,
+            seed=seed,
+            starts=_starts(live),
+            tolerate_failures=True,
+        )
+    finally:
+        collector.vector_env.close()
+    return [observer.results[k] for k in sorted(observer.results)]

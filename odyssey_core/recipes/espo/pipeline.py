@@ -1,0 +1,698 @@
+"""The ESPO training pipeline as plain functions: data -> sft -> train -> evaluate -> register.
+
+Each stage runs in the envelope of :func:`odyssey_core.stages.run_stage`, like the other
+recipes' pipelines: it works in ``<run_dir>/<stage>/``, publishes its outputs under
+``runs/<run_id>/<stage>/``, logs a nested MLflow stage run, returns small dicts of URIs and
+numbers, and writes ``done.json`` last, so a rerun with the same inputs skips the work.
+
+* ``data``: the training preset's ``data`` section: a given folder (generated earlier or loaded
+  SmartSpot records), or the seeded generator's preset; published as the dataset every later
+  stage reads.
+* ``sft`` (the cold start; ``sft.enabled``): one example per demonstrated training step
+  (:mod:`~odyssey_core.recipes.espo.sft_data`), ``sft.epochs`` epochs of
+  :func:`odyssey_core.sft.trainer.run_sft` on the base model with the ESPO system prompt.
+* ``train`` (``train.enabled``; off for the SFT-only variants):
+  :func:`~odyssey_core.recipes.espo.train.build_trainer` from the SFT model, resumable.
+* ``evaluate``: offline (teacher-forced) EleAcc / Op F1 / Step SR / RecAcc on the test split
+  with bootstrap and Wilson intervals, online episode success, the trivial baselines; the
+  report and per-episode scores are published.
+* ``register``: :func:`odyssey_core.stages.register_and_gate` on the per-episode
+  ``promotion.metric`` against the champion re-evaluated on the same episodes (or the base
+  model for the first version). The registered name carries the channel set.
+
+Imports no Prefect (``flows/espo.py`` and ``tasks/espo.py`` wrap it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from odyssey_core.config import config_dir, deep_merge, load_preset, read_preset
+from odyssey_core.envs.persona.dataset import read_dataset
+from odyssey_core.recipes.espo.data import resolve_dataset
+from odyssey_core.recipes.espo.evaluation import (
+    evaluate_offline,
+    evaluate_online,
+    load_espo_policy,
+)
+from odyssey_core.recipes.espo.metrics import (
+    evaluate_outcomes,
+    metrics_table_markdown,
+    step_scores,
+    trivial_baselines,
+)
+from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
+from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
+from odyssey_core.stages import (
+    PipelineSection,
+    RunConfig,
+    Stage,
+    StageContext,
+    fetch,
+    fetch_json,
+    nightly_plan,
+    numeric,
+    register_and_gate,
+    run_stage,
+)
+
+__all__ = [
+    "ESPO_SFT_DEFAULTS",
+    "ESPO_STAGES",
+    "EspoPipelineConfig",
+    "evaluate_espo_model",
+    "load_espo_pipeline_config",
+    "nightly_evaluate",
+    "stage_espo_data",
+    "stage_espo_evaluate",
+    "stage_espo_register",
+    "stage_espo_sft",
+    "stage_espo_train",
+    "sweep_overlays",
+    "variant_overlay",
+]
+
+ESPO_STAGES = ("data", "sft", "train", "evaluate", "register")
+
+# The cold start's SFTSettings under ``sft.settings``: the paper gives one epoch and nothing
+# else; full fine-tuning at 1e-5 with a cosine schedule is our choice for a 3B model.
+ESPO_SFT_DEFAULTS: dict[str, Any] = {
+    "epochs": 1,
+    "batch_size": 16,
+    "grad_accum_steps": 4,
+    "lr": 1e-5,
+    "lr_scheduler": "cosine",
+    "warmup_ratio": 0.03,
+    "eval_every": 0,
+    "checkpoint_every": 50,
+    "keep_checkpoints": 2,
+}
+#: the evaluation numbers a registered version carries (``metric.eval.<key>`` tags)
+ESPO_SCORE_KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "intent_f1", "format_valid")
+
+
+class EspoSFTStage(PipelineSection):
+    enabled: bool = Field(default=True, description="false: the no-SFT-cold-start variant")
+    epochs: int = Field(
+        default=1, ge=1, description="paper: one; the all-SFT variant: as many as SFT + ESPO"
+    )
+    skip_detours: bool = Field(
+        default=False, description="leave the demonstrations' detour steps out of SFT"
+    )
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="SFTSettings fields over ESPO_SFT_DEFAULTS (dtype, device and image size "
+        "come from the training preset's model section)",
+    )
+
+
+class EspoTrainStage(PipelineSection):
+    enabled: bool = Field(default=True, description="false: the SFT-only variants")
+    preset: str = Field(default="tiny", description="a preset under configs/espo/ or a YAML path")
+    overrides: dict[str, Any] = Field(default_factory=dict)
+
+
+class EspoEvalStage(PipelineSection):
+    splits: list[Literal["train", "val", "test"]] = Field(
+        default_factory=lambda: ["test"],
+        description="the splits evaluated (the tiny preset's test split has one episode)",
+    )
+    n_envs: int = Field(default=4, ge=1, description="episodes answered side by side")
+    online: bool = Field(default=True, description="also play each test episode live")
+    online_max_steps: int = Field(default=40, ge=1)
+    threshold: float = Field(default=0.5, gt=0, le=1, description="text F1 a step needs")
+    resamples: int = Field(default=2000, ge=100, description="episode-bootstrap resamples")
+    seed: int = 0
+    generation: dict[str, Any] = Field(
+        default_factory=lambda: {"temperature": 0.0},
+        description="laid over the training generation params (greedy by default)",
+    )
+
+
+class EspoPromotionStage(PipelineSection):
+    metric: Literal["step_sr", "rec_acc", "ele_acc"] = Field(
+        default="step_sr", description="the per-episode score the gate compares"
+    )
+    margin: float | None = Field(default=None, ge=0)
+    alpha: float | None = Field(default=None, gt=0, lt=1)
+    nightly_margin: float = Field(default=0.0, ge=0)
+
+
+class EspoPipelineConfig(RunConfig):
+    """One ESPO pipeline run (``configs/espo_pipeline/*.yaml``)."""
+
+    name: str = "espo-tiny"
+    game: str = Field(default="espo-all", description="registered model <prefix>-<game>")
+    run_dir: Path = Path("out/espo/tiny")
+    experiment: str = "odyssey/train_espo"
+    sft: EspoSFTStage = EspoSFTStage()
+    train: EspoTrainStage = EspoTrainStage()
+    eval: EspoEvalStage = EspoEvalStage()
+    promotion: EspoPromotionStage = EspoPromotionStage()
+
+
+#: the paper's variants: overlays under ``configs/espo_pipeline/variants/``
+VARIANTS_DIR = "espo_pipeline/variants"
+
+
+def variant_overlay(variant: str) -> dict[str, Any]:
+    """The overlay of a paper variant (``sft_only``, ``all_sft``, ``vanilla_grpo``, ``espo``,
+    ``no_cout``, ``no_sft``, ``no_phi``, ``no_psi``)."""
+    folder = config_dir() / VARIANTS_DIR
+    path = folder / f"{variant}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise FileNotFoundError(f"unknown ESPO variant {variant!r}; variants: {known}")
+    return read_preset(path) or {}
+
+
+def sweep_overlays(sweep: str = "epochs_k") -> dict[str, dict[str, Any]]:
+    """The cells of a sweep under ``configs/espo_pipeline/sweeps/`` (paper Fig. 6: epochs x k),
+    each as a name and an overlay of the training preset."""
+    path = config_dir() / "espo_pipeline" / "sweeps" / f"{sweep}.yaml"
+    grid = read_preset(path)
+    return {
+        f"epochs{e}-k{k:g}": {"train": {"overrides": {"epochs": e, "advantage": {"k": k}}}}
+        for e in grid["epochs"]
+        for k in grid["k"]
+    }
+
+
+def load_espo_pipeline_config(
+    preset: str | Path = "tiny",
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    variant: str | None = None,
+) -> EspoPipelineConfig:
+    """A preset name under ``configs/espo_pipeline/`` or a YAML path, a paper ``variant`` laid
+    over it, then nested overrides."""
+    layers = deep_merge(variant_overlay(variant) if variant else {}, dict(overrides or {}))
+    return load_preset(
+        EspoPipelineConfig, preset, layers, kind="espo_pipeline", what="ESPO pipeline"
+    )
+
+
+def _train_settings(cfg: EspoPipelineConfig, **more: Any) -> EspoSettings:
+    return load_espo_settings(cfg.train.preset, deep_merge(cfg.train.overrides, more))
+
+
+def _short(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _local(cfg: EspoPipelineConfig, ref: str, work: Path) -> Path:
+    """A local folder for a store URI (fetched into a folder named after it) or a path."""
+    if "://" not in ref:
+        return Path(ref)
+    return fetch(cfg, ref, work / f"fetched-{_short(ref)}")
+
+
+# -- data -----------------------------------------------------------------------------------------
+
+
+def stage_espo_data(cfg: EspoPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
+    """The demonstrations: returns ``dataset_uri`` and the episode counts per split."""
+    data = _train_settings(cfg).data
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        folder = resolve_dataset(data, ctx.work / f"data-{ctx.tag}")
+        manifest = json.loads((folder / "manifest.json").read_text())
+        counts = {s: len(read_dataset(folder, split=s)) for s in ("train", "val", "test")}
+        ctx.run.log_metrics({f"episodes_{s}": float(n) for s, n in counts.items()})
+        uri = ctx.publish_dir(folder, f"dataset-{ctx.tag}", ref="dataset")
+        ctx.keep(folder)
+        return {
+            "dataset_uri": uri,
+            "dataset_path": str(folder),
+            "content_hash": manifest.get("content_hash"),
+            **{f"episodes_{s}": n for s, n in counts.items()},
+        }
+
+    return run_stage(
+        cfg,
+        Stage("data", label="espo-data"),
+        body,
+        config=[data.model_dump(mode="json")],
+        params=data,
+        parent_run_id=parent_run_id,
+    )
+
+
+def _dataset(cfg: EspoPipelineConfig, data: Mapping[str, Any], work: Path) -> Path:
+    path = Path(str(data.get("dataset_path", "")))
+    if (path / "episodes.jsonl").is_file():
+        return path
+    return fetch(cfg, data["dataset_uri"], work / f"dataset-{_short(data['dataset_uri'])}")
+
+
+# -- sft ------------------------------------------------------------------------------------------
+
+
+def espo_sft_settings(cfg: EspoPipelineConfig) -> Any:
+    """ESPO_SFT_DEFAULTS, then the training preset's model (dtype, device, frame size), then
+    ``sft.epochs`` and ``sft.settings``."""
+    from odyssey_core.sft.settings import SFTSettings
+
+    m = _train_settings(cfg).model
+    from_model: dict[str, Any] = {
+        "model_dtype": m.dtype if m.dtype in ("float32", "bfloat16") else "float32",
+        "device": m.device,
+        "attn_implementation": m.attn_implementation,
+        "image_scale": m.image_scale,
+        "image_size": m.image_size,
+        "epochs": cfg.sft.epochs,
+    }
+    return SFTSettings.model_validate(
+        deep_merge(deep_merge(ESPO_SFT_DEFAULTS, from_model), cfg.sft.settings)
+    )
+
+
+def stage_espo_sft(
+    cfg: EspoPipelineConfig, data: Mapping[str, Any], *, parent_run_id: str | None = None
+) -> dict[str, Any]:
+    """The cold start: returns ``model_uri`` (the SFT model), ``base_model_uri``, counts."""
+    from odyssey_core.rl.policy import resolve_base_model
+    from odyssey_core.sft.trainer import run_sft
+
+    settings = _train_settings(cfg)
+    sft_settings = espo_sft_settings(cfg)
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset = _dataset(cfg, data, ctx.work)
+        examples = ctx.work / f"sft-data-{ctx.tag}"
+        episodes = read_dataset(dataset, split="train")
+        if settings.data.channel is not None:
+            episodes = [e for e in episodes if e.channel == settings.data.channel]
+        if not (examples / "manifest.json").is_file():
+            shutil.rmtree(examples, ignore_errors=True)
+            built = build_sft_dataset(
+                dataset,
+                episodes,
+                examples,
+                skip_detours=cfg.sft.skip_detours,
+                history_window=settings.rollout.history_window,
+            )
+            ctx.run.log_metrics({"sft_examples": float(built.samples)})
+        base = resolve_base_model(settings.model, ctx.work)
+
+        def on_metrics(metrics: dict[str, Any]) -> None:
+            step = metrics.get("step")
+            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
+
+        result = run_sft(
+            sft_settings,
+            examples,
+            base,
+            ctx.training_dir(),
+            resume=True,
+            callbacks=[on_metrics],
+            system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
+        )
+        model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
+        if settings.model.path is None:
+            base_uri = ctx.publish_dir(base, f"base-model-{ctx.tag}")
+        else:
+            base_uri = str(Path(settings.model.path).resolve())
+        ctx.keep(result.final_dir)
+        samples = json.loads((examples / "manifest.json").read_text())["num_samples"]
+        return {
+            "model_uri": model_uri,
+            "base_model_uri": base_uri,
+            "samples": int(samples),
+            "steps": result.steps,
+            "epochs": sft_settings.epochs,
+        }
+
+    return run_stage(
+        cfg,
+        Stage("sft", label="espo-sft"),
+        body,
+        config=[
+            cfg.sft.model_dump(mode="json"),
+            sft_settings.model_dump(mode="json"),
+            settings.model.model_dump(mode="json"),
+            settings.data.channel,
+            settings.rollout.history_window,
+        ],
+        inputs={"dataset": data["dataset_uri"]},
+        params=sft_settings,
+        parent_run_id=parent_run_id,
+    )
+
+
+# -- train ----------------------------------------------------------------------------------------
+
+
+def stage_espo_train(
+    cfg: EspoPipelineConfig,
+    data: Mapping[str, Any],
+    sft: Mapping[str, Any] | None,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """ESPO (or its GRPO variant) from the SFT model: returns ``checkpoint_uri`` and
+    ``base_model``; without a train stage (SFT only) the SFT model is the checkpoint."""
+    from odyssey_core.models.lora import merge_and_save
+    from odyssey_core.recipes.espo.train import build_trainer
+    from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
+
+    settings = _train_settings(cfg)
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset = _dataset(cfg, data, ctx.work)
+        more: dict[str, Any] = {"data": {"dataset": str(dataset)}}
+        if sft is not None:
+            more["model"] = {"path": str(ctx.fetch("sft_model", ctx.work / f"sft-{ctx.tag}"))}
+        run_settings = _train_settings(cfg, **more)
+
+        def on_step(step: int, metrics: dict[str, float]) -> None:
+            ctx.run.log_metrics(numeric(metrics), step=step)
+
+        train_dir = ctx.work / f"run-{ctx.tag}"
+        trainer = build_trainer(run_settings, train_dir, resume=True, callbacks=[on_step])
+        try:
+            trainer.train()
+            steps = trainer.step
+            checkpoint = latest_checkpoint(train_dir)
+            if checkpoint is None:
+                raise RuntimeError(f"ESPO finished without a checkpoint under {train_dir}")
+            model_dir = policy_dir(checkpoint)
+            if settings.lora is not None:  # an adapter alone cannot be evaluated or served
+                model_dir = ctx.work / f"merged-{ctx.tag}"
+                shutil.rmtree(model_dir, ignore_errors=True)
+                merge_and_save(
+                    trainer.policy.model, model_dir, trainer.policy.processor, inplace=True
+                )
+        finally:
+            trainer.close()
+        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}")
+        if sft is not None:
+            base = sft["base_model_uri"]
+        elif settings.model.path is None:
+            base = ctx.publish_dir(train_dir / "base-model", f"base-model-{ctx.tag}")
+        else:
+            base = str(Path(settings.model.path).resolve())
+        ctx.run.log_artifact_ref("checkpoint", uri)
+        ctx.keep(checkpoint)
+        return {"checkpoint_uri": uri, "base_model": base, "steps": steps}
+
+    inputs = {"dataset": data["dataset_uri"]}
+    if sft is not None:
+        inputs["sft_model"] = sft["model_uri"]
+    return run_stage(
+        cfg,
+        Stage("train", label="espo-train"),
+        body,
+        config=[settings.model_dump(mode="json")],
+        inputs=inputs,
+        params=settings,
+        parent_run_id=parent_run_id,
+    )
+
+
+# -- evaluate -------------------------------------------------------------------------------------
+
+
+def _eval_inputs(cfg: EspoPipelineConfig) -> dict[str, Any]:
+    s = _train_settings(cfg)
+    return {
+        "eval": cfg.eval.model_dump(mode="json"),
+        "generation": s.rollout.generation.model_copy(update=cfg.eval.generation).model_dump(
+            mode="json"
+        ),
+        "model": s.model.model_dump(mode="json", exclude={"path"}),
+        "channel": s.data.channel,
+        "history_window": s.rollout.history_window,
+    }
+
+
+def _per_episode(outcomes: list[Any], episodes: list[Any], metric: str, threshold: float):
+    """The gate's sample: ``metric`` averaged over each episode's steps that count for it."""
+    intent = {e.episode_id: e.intent for e in episodes}
+    sums: dict[str, list[float]] = {e.episode_id: [] for e in episodes}
+    for outcome in outcomes:
+        score = step_scores(outcome, intent[outcome.episode_id], threshold).get(metric)
+        if score is not None:
+            sums[outcome.episode_id].append(float(score))
+    return {k: (sum(v) / len(v) if v else 0.0) for k, v in sums.items()}
+
+
+def evaluate_espo_model(
+    cfg: EspoPipelineConfig, model_ref: str, label: str, dataset: Path, out_dir: Path
+) -> dict[str, Any]:
+    """Evaluate one model (store URI or folder) on ``eval.splits``: the metrics with their
+    intervals, the trivial baselines, per-episode scores and the report, no marker."""
+    from odyssey_core.policy.base import GenerationParams
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    inputs = _eval_inputs(cfg)
+    s = _train_settings(cfg)
+    e = cfg.eval
+    model = _local(cfg, model_ref, out_dir)
+    policy = load_espo_policy(
+        model,
+        image_size=s.model.image_size,
+        image_scale=s.model.image_scale,
+        dtype=s.model.dtype,
+        device=s.model.device,
+    )
+    generation = GenerationParams.model_validate(inputs["generation"])
+    episodes, outcomes, online = [], [], []
+    for split in e.splits:  # an env holds one split
+        chosen = [
+            x
+            for x in read_dataset(dataset, split=split)
+            if s.data.channel is None or x.channel == s.data.channel
+        ]
+        if not chosen:
+            continue
+        common = {
+            "split": split,
+            "generation": generation,
+            "n_envs": e.n_envs,
+            "seed": e.seed,
+            "channel": s.data.channel,
+            "history_window": s.rollout.history_window,
+        }
+        episodes += chosen
+        outcomes += evaluate_offline(policy, dataset, chosen, **common)
+        if e.online:
+            online += evaluate_online(
+                policy, dataset, chosen, max_steps=e.online_max_steps, **common
+            )
+    if not episodes:
+        raise ValueError(f"{dataset} has no episodes in the evaluation splits {e.splits}")
+    metrics = evaluate_outcomes(
+        outcomes,
+        episodes=episodes,
+        online_success=[r.success for r in online] or None,
+        threshold=e.threshold,
+        seed=e.seed,
+        resamples=e.resamples,
+    )
+    baselines = trivial_baselines(episodes, seed=e.seed, resamples=e.resamples)
+    per_episode = _per_episode(outcomes, episodes, cfg.promotion.metric, e.threshold)
+    summary = {k.removeprefix("espo/"): v for k, v in metrics.as_dict().items()}
+    scores = {
+        "label": label,
+        "model": model_ref,
+        "metric": cfg.promotion.metric,
+        "episodes": list(per_episode),
+        "scores": list(per_episode.values()),
+        "online": [
+            {"episode": r.episode_id, "success": r.success, "turns": r.turns, "error": r.error}
+            for r in online
+        ],
+    }
+    (out_dir / "scores.json").write_text(json.dumps(scores))
+    report = out_dir / "report.md"
+    report.write_text(
+        f"### ESPO evaluation: {label}\n\n"
+        f"{len(episodes)} {'+'.join(e.splits)} episodes, {metrics.n_steps} steps, teacher-forced "
+        f"(intervals: episode bootstrap, {metrics.confidence:.0%}); online success over "
+        f"{len(online)} live episodes.\n\n" + metrics_table_markdown({label: metrics}, baselines)
+    )
+    return {
+        "summary": summary,
+        "scores": scores,
+        "scores_path": str(out_dir / "scores.json"),
+        "report_markdown": str(report),
+    }
+
+
+def stage_espo_evaluate(
+    cfg: EspoPipelineConfig,
+    data: Mapping[str, Any],
+    checkpoint_uri: str,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Evaluate the trained policy; returns ``scores_uri``, ``report_uri`` and the metrics."""
+    params = _eval_inputs(cfg)
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset = _dataset(cfg, data, ctx.work)
+        evaluated = evaluate_espo_model(
+            cfg, checkpoint_uri, "candidate", dataset, ctx.work / f"candidate-{ctx.tag}"
+        )
+        summary = evaluated["summary"]
+        ctx.run.log_metrics(numeric({f"eval.{k}": v for k, v in summary.items()}))
+        ctx.run.log_artifact(evaluated["report_markdown"], "reports")
+        scores_uri = ctx.publish_file(evaluated["scores_path"], "scores.json")
+        report_uri = ctx.publish_file(evaluated["report_markdown"], "report.md")
+        ctx.keep(evaluated["scores_path"], evaluated["report_markdown"])
+        return {
+            "scores_uri": scores_uri,
+            "report_uri": report_uri,
+            "scores_path": evaluated["scores_path"],
+            "report_markdown": evaluated["report_markdown"],
+            **{
+                k: (v if isinstance(v, float) and math.isfinite(v) else None)
+                for k, v in summary.items()
+                if k in ESPO_SCORE_KEYS or k == "online_success"
+            },
+        }
+
+    return run_stage(
+        cfg,
+        Stage("evaluate", label="espo-evaluate"),
+        body,
+        config=[params, checkpoint_uri],
+        inputs={"dataset": data["dataset_uri"]},
+        params=params,
+        parent_run_id=parent_run_id,
+    )
+
+
+# -- register + promotion gate --------------------------------------------------------------------
+
+
+def _serving(cfg: EspoPipelineConfig) -> dict[str, Any]:
+    s = _train_settings(cfg)
+    return {
+        "recipe": "espo",
+        "image_scale": s.model.image_scale,
+        "image_size": s.model.image_size,
+        "max_new_tokens": s.rollout.generation.max_new_tokens,
+        "device": s.model.device,
+        "dtype": s.model.dtype,
+    }
+
+
+def stage_espo_register(
+    cfg: EspoPipelineConfig,
+    data: Mapping[str, Any],
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model: str,
+    *,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """Register the checkpoint as ``candidate`` and gate it on the per-episode
+    ``promotion.metric`` against the champion (or the base model), on the same episodes."""
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        dataset = _dataset(cfg, data, ctx.work)
+
+        def evaluate_reference(model_ref: str, label: str, out: Path) -> tuple[list[float], Any]:
+            evaluated = evaluate_espo_model(cfg, model_ref, label, dataset, out)
+            return [float(x) for x in evaluated["scores"]["scores"]], evaluated
+
+        candidate = fetch_json(
+            cfg,
+            evaluation.get("scores_path"),
+            evaluation.get("scores_uri"),
+            ctx.work / "candidate-scores.json",
+        )
+        summary = {
+            k: float(v) for k, v in evaluation.items() if k in ESPO_SCORE_KEYS and v is not None
+        }
+        outcome = register_and_gate(
+            ctx,
+            game=cfg.game,
+            checkpoint_uri=checkpoint_uri,
+            candidate_scores=[float(x) for x in candidate["scores"]],
+            base_model=base_model,
+            evaluate_reference=evaluate_reference,
+            margin=cfg.promotion.margin,
+            alpha=cfg.promotion.alpha,
+            metrics={f"eval.{k}": v for k, v in summary.items()},
+            tags={
+                "odyssey.pipeline_run": cfg.run_key,
+                "odyssey.recipe": "espo",
+                "odyssey.sft_init": str(cfg.sft.enabled).lower(),
+                "odyssey.espo_stage": str(cfg.train.enabled).lower(),
+                "odyssey.dataset_hash": str(data.get("content_hash")),
+            },
+            serving=_serving(cfg),
+        )
+        gate = outcome.gate
+        return {
+            **outcome.outputs(),
+            "metric": cfg.promotion.metric,
+            "candidate_mean": gate.candidate.mean,
+            "reference_mean": gate.reference_stats.mean,
+        }
+
+    return run_stage(
+        cfg,
+        Stage("register", label="espo-register"),
+        body,
+        config=[
+            cfg.game,
+            _eval_inputs(cfg),
+            cfg.promotion.model_dump(mode="json"),
+            checkpoint_uri,
+            evaluation.get("scores_uri"),
+            base_model,
+        ],
+        inputs={"dataset": data["dataset_uri"]},
+        parent_run_id=parent_run_id,
+    )
+
+
+# -- nightly --------------------------------------------------------------------------------------
+
+
+def nightly_evaluate(
+    cfg: EspoPipelineConfig,
+    out_dir: Path | None = None,
+    *,
+    margin: float | None = None,
+    log_fn: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's
+    dataset, log the points of the ``nightly-<game>`` series and compare the champion's
+    ``promotion.metric`` with the one recorded on its version."""
+    from odyssey_core.registry.models import ModelRegistry
+
+    plan = nightly_plan(cfg, out_dir)
+    registry = ModelRegistry(cfg.mlflow_uri)
+    data = stage_espo_data(cfg)
+    dataset = _dataset(cfg, data, plan.out_dir)
+    metric = cfg.promotion.metric
+    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
+    rows: dict[str, Any] = {}
+    for label, version in plan.targets.items():
+        uri = registry.checkpoint_uri(cfg.game, version)
+        evaluated = evaluate_espo_model(cfg, uri, label, dataset, plan.out_dir / label)
+        value = float(evaluated["summary"][metric])
+        rows[label] = {
+            "version": version,
+            "mean": value,
+            "inference": None,
+            "report_markdown": evaluated["report_markdown"],
+        }
+        plan.series.log_artifact(plan.out_dir / label, f"reports/{plan.out_dir.name}/{label}")
+        plan.series.log_metrics(numeric({f"{label}_mean": value}), step=plan.step)
+        log_fn(f"nightly {label} v{version}: {metric} {value:.3f}")
+    return plan.verdict(rows, f"metric.eval.{metric}", margin, metric=metric)
