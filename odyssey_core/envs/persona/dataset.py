@@ -242,6 +242,7 @@ def write_dataset(
         "format": DATASET_FORMAT,
         "preset": preset,
         "seed": seed,
+        "renderer": "given images" if images else type(renderer).__name__,
         "episodes": len(episodes),
         "steps": sum(steps.values()),
         "splits": {s: sum(e.split == s for e in episodes) for s in SPLITS},

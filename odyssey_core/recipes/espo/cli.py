@@ -1,0 +1,136 @@
+"""``odyssey espo``: the personalized-GUI data and evaluation commands.
+
+* ``odyssey espo generate OUT [--preset tiny|smartspot_like] [--seed N] [--drop-channel C]
+  [--renderer fast|browser]``: a seeded SmartSpot-like dataset folder (the same seed gives the
+  same bytes); ``browser`` draws every screen in headless Chromium instead of Pillow.
+* ``odyssey espo load-smartspot IN OUT [--width 448 --height 896]``: SmartSpot-format records
+  (:func:`~odyssey_core.envs.persona.dataset.load_smartspot`) as a dataset folder, screenshots
+  resized and every point and box rescaled to the stored size.
+* ``odyssey espo eval MODEL DATASET [--splits test] [--online]``: EleAcc / Op F1 / Step SR /
+  RecAcc with intervals and the trivial baselines, as a Markdown table.
+
+Training runs through the ``train-espo`` flow (``python -m flows.espo --preset tiny``, or
+``prefect deployment run train-espo/tiny``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["espo_group"]
+
+
+@click.group("espo")
+def espo_group() -> None:
+    """ESPO's personalized GUI agents: generate or load data, evaluate a model."""
+
+
+@espo_group.command("generate")
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--preset", type=click.Choice(["tiny", "smartspot_like"]), default="tiny", show_default=True
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--drop-channel", default=None, help="leave a channel out (travel: 102 episodes)")
+@click.option(
+    "--renderer", type=click.Choice(["fast", "browser"]), default="fast", show_default=True
+)
+@click.option("--overwrite", is_flag=True, help="replace an existing dataset folder")
+def generate_command(
+    out: Path, preset: str, seed: int, drop_channel: str | None, renderer: str, overwrite: bool
+) -> None:
+    """Write a generated SmartSpot-like dataset to OUT."""
+    from odyssey_core.envs.persona.dataset import generate_episodes, read_manifest, write_dataset
+
+    try:
+        episodes = generate_episodes(preset, seed, drop_channel=drop_channel)
+        if renderer == "browser":
+            from odyssey_core.envs.persona.browser import BrowserRenderer
+
+            with BrowserRenderer() as browser:
+                write_dataset(
+                    out, episodes, renderer=browser, preset=preset, seed=seed, overwrite=overwrite
+                )
+        else:
+            write_dataset(out, episodes, preset=preset, seed=seed, overwrite=overwrite)
+    except (ValueError, FileExistsError, RuntimeError) as err:
+        raise click.ClickException(str(err)) from None
+    manifest = read_manifest(out)
+    click.echo(
+        f"{out}: {manifest['episodes']} episodes, {manifest['steps']} steps, splits "
+        f"{manifest['splits']}, channels {manifest['channels']}"
+    )
+    click.echo(f"content hash {manifest['content_hash']}")
+
+
+@espo_group.command("load-smartspot")
+@click.argument("source", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--width", type=int, default=448, show_default=True, help="stored screen width")
+@click.option("--height", type=int, default=896, show_default=True, help="stored screen height")
+@click.option("--overwrite", is_flag=True)
+def load_smartspot_command(
+    source: Path, out: Path, width: int, height: int, overwrite: bool
+) -> None:
+    """Convert SmartSpot-format records in SOURCE into a dataset folder OUT."""
+    from odyssey_core.envs.persona.dataset import load_smartspot, write_dataset
+
+    try:
+        episodes, images = load_smartspot(source, width, height)
+        write_dataset(out, episodes, images=images, overwrite=overwrite)
+    except (ValueError, FileExistsError) as err:
+        raise click.ClickException(str(err)) from None
+    click.echo(f"{out}: {len(episodes)} episodes at {width} x {height}")
+
+
+@espo_group.command("eval")
+@click.argument("model", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("dataset", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--splits", default="test", show_default=True, help="comma-separated splits")
+@click.option("--online/--no-online", default=True, show_default=True)
+@click.option("--max-new-tokens", type=int, default=160, show_default=True)
+@click.option("--history-window", type=int, default=None, help="as the model was trained")
+@click.option("--image-size", type=(int, int), default=None, help="frame size the model sees")
+@click.option("--device", default="cpu", show_default=True)
+def eval_command(
+    model: Path,
+    dataset: Path,
+    splits: str,
+    online: bool,
+    max_new_tokens: int,
+    history_window: int | None,
+    image_size: tuple[int, int] | None,
+    device: str,
+) -> None:
+    """Evaluate MODEL (a model folder) on DATASET, teacher-forced and live."""
+    from odyssey_core.envs.persona.dataset import read_dataset
+    from odyssey_core.policy.base import GenerationParams
+    from odyssey_core.recipes.espo.evaluation import (
+        evaluate_offline,
+        evaluate_online,
+        load_espo_policy,
+    )
+    from odyssey_core.recipes.espo.metrics import (
+        evaluate_outcomes,
+        metrics_table_markdown,
+        trivial_baselines,
+    )
+
+    policy = load_espo_policy(model, image_size=image_size, device=device)
+    generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    episodes, outcomes, successes = [], [], []
+    for split in [s.strip() for s in splits.split(",") if s.strip()]:
+        chosen = read_dataset(dataset, split=split)
+        if not chosen:
+            continue
+        kwargs = {"split": split, "generation": generation, "history_window": history_window}
+        episodes += chosen
+        outcomes += evaluate_offline(policy, dataset, chosen, **kwargs)
+        if online:
+            successes += [r.success for r in evaluate_online(policy, dataset, chosen, **kwargs)]
+    if not episodes:
+        raise click.ClickException(f"{dataset} has no episodes in the splits {splits}")
+    metrics = evaluate_outcomes(outcomes, episodes=episodes, online_success=successes or None)
+    click.echo(metrics_table_markdown({model.name: metrics}, trivial_baselines(episodes)))
