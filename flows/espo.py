@@ -43,11 +43,15 @@ def train_espo_flow(
             results["train"] = espo_train_task(cfg, data, sft, parent_run_id=parent)
             checkpoint = results["train"]["checkpoint_uri"]
             base = results["train"]["base_model"]
+            training_run = results["train"]["mlflow_run_id"]
         elif sft is not None:  # the SFT-only variants register the SFT model
             checkpoint, base = sft["model_uri"], sft["base_model_uri"]
+            training_run = None
         else:
             raise ValueError("sft.enabled and train.enabled are both false: nothing to train")
-        results["evaluate"] = espo_evaluate_task(cfg, data, checkpoint, parent_run_id=parent)
+        results["evaluate"] = espo_evaluate_task(
+            cfg, data, checkpoint, training_run_id=training_run, parent_run_id=parent
+        )
         # EleAcc / Op F1 / Step SR / RecAcc with intervals and the trivial baselines
         post_report(results["evaluate"], f"espo-evaluation-{cfg.name}", checkpoint)
         results["register"] = espo_register_task(

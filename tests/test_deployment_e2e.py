@@ -177,6 +177,7 @@ def test_documented_sequence_deploys_every_deployment(tmp_path: Path) -> None:
         "flows/odysseus.py:train_odysseus_flow": "train-odysseus",
         "flows/nightly.py:nightly_eval_flow": "nightly-eval",
         "flows/gtr.py:train_gtr_flow": "train-gtr",
+        "flows/espo.py:train_espo_flow": "train-espo",
     }
     expected = {f"{entry_flows[d['entrypoint']]}/{d['name']}": d for d in spec}
     assert set(names) == set(expected), sorted(set(expected) ^ set(names))
@@ -185,7 +186,14 @@ def test_documented_sequence_deploys_every_deployment(tmp_path: Path) -> None:
         assert names[full]["parameters"] == d["parameters"], full
         assert bool(names[full]["schedules"]) == bool(d.get("schedules")), full
     assert len(again) == len(deployed)
-    assert {"train-odysseus/mario", "nightly-eval/mario", "nightly-eval/gtr-points24"} <= set(names)
+    assert {
+        "train-odysseus/mario",
+        "nightly-eval/mario",
+        "nightly-eval/gtr-points24",
+        "train-espo/tiny",
+        "train-espo/travel",
+        "nightly-eval/espo-tiny",
+    } <= set(names)
 
 
 @pytest.mark.slow

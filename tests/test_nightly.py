@@ -98,13 +98,18 @@ def test_the_flow_emits_the_regression_event_for_gtr(monkeypatch) -> None:
 
 
 def test_a_nightly_deployment_for_every_registered_model() -> None:
+    from odyssey_core.recipes.espo.pipeline import load_espo_pipeline_config
     from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
     from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
     from odyssey_core.registry.models import ModelRegistry
 
     deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
     nightlies = [d for d in deployments if d["entrypoint"] == "flows/nightly.py:nightly_eval_flow"]
-    loaders = {"odysseus": load_pipeline_config, "gtr": load_gtr_pipeline_config}
+    loaders = {
+        "odysseus": load_pipeline_config,
+        "gtr": load_gtr_pipeline_config,
+        "espo": load_espo_pipeline_config,
+    }
     registry = ModelRegistry("sqlite:///:memory:")
     models = {}
     for d in nightlies:
@@ -117,6 +122,8 @@ def test_a_nightly_deployment_for_every_registered_model() -> None:
         "odysseus-mario",
         "odysseus-gtr-points24",
         "odysseus-gtr-numberline",
+        "odysseus-espo-all-tiny",
+        "odysseus-espo-smartspot",
     }
     # the training deployment of each model and its nightly run on the same pool
     trainers = {
@@ -127,6 +134,7 @@ def test_a_nightly_deployment_for_every_registered_model() -> None:
     entry = {
         "odysseus": "flows/odysseus.py:train_odysseus_flow",
         "gtr": "flows/gtr.py:train_gtr_flow",
+        "espo": "flows/espo.py:train_espo_flow",
     }
     for name, d in models.items():
         params = d["parameters"]

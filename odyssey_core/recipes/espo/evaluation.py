@@ -150,22 +150,33 @@ class OnlineResult:
     yes_set: tuple[str, ...]
     turns: int
     error: str | None = None
+    frames: tuple[Any, ...] = ()  # the screens, for the first ``record`` episodes only
+    texts: tuple[str, ...] = ()  # the model's answer to each screen (same episodes)
 
 
 @dataclass
 class _OnlineObserver:
     episodes: list[EpisodeRecord]
+    record: int = 0  # how many episodes keep their screens and answers (for videos)
     last_info: dict[int, dict[str, Any]] = field(default_factory=dict)
     turns: dict[int, int] = field(default_factory=dict)
+    frames: dict[int, list[Any]] = field(default_factory=dict)
+    texts: dict[int, list[str]] = field(default_factory=dict)
     results: dict[int, OnlineResult] = field(default_factory=dict)
 
     def on_start(self, episode: int, begin: EpisodeBegin) -> None:
         self.turns[episode] = 0
         self.last_info[episode] = begin.info
+        if episode < self.record:
+            self.frames[episode], self.texts[episode] = [begin.observation.image], []
 
     def on_turn(self, episode: int, outcome: TurnOutcome) -> None:
         self.turns[episode] += 1
         self.last_info[episode] = outcome.info
+        if episode in self.frames:
+            generation = outcome.generation
+            self.texts[episode].append(generation.text if generation is not None else "")
+            self.frames[episode].append(outcome.next_observation.image)
 
     def on_end(self, episode: int, error: str | None) -> None:
         info = self.last_info.get(episode, {})
@@ -176,6 +187,8 @@ class _OnlineObserver:
             yes_set=tuple(info.get("yes_set", self.episodes[episode].yes_items)),
             turns=self.turns.get(episode, 0),
             error=error,
+            frames=tuple(self.frames.get(episode, ())),
+            texts=tuple(self.texts.get(episode, ())),
         )
 
 
@@ -191,9 +204,11 @@ def evaluate_online(
     max_steps: int = 40,
     channel: str | None = None,
     history_window: int | None = None,
+    record: int = 0,
 ) -> list[OnlineResult]:
     """Each episode played live from its first screen (episodes without a scenario, such as
-    loaded SmartSpot records, cannot be played live and are left out)."""
+    loaded SmartSpot records, cannot be played live and are left out); the first ``record``
+    keep their screens and the model's answers, for videos."""
     live = [e for e in episodes if e.scenario]
     if not live:
         return []
@@ -209,7 +224,7 @@ def evaluate_online(
         channel,
         {"max_steps": max_steps, "history_window": history_window},
     )
-    observer = _OnlineObserver(live)
+    observer = _OnlineObserver(live, record)
     try:
         collector.play(
             EpisodeBudget(len(live)),

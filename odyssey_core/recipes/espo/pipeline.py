@@ -37,6 +37,8 @@ from pydantic import Field
 
 from odyssey_core.config import config_dir, deep_merge, load_preset, read_preset
 from odyssey_core.envs.persona.dataset import read_dataset
+from odyssey_core.eval.report import plot_training_curves
+from odyssey_core.policy.base import GenerationParams
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.evaluation import (
     evaluate_offline,
@@ -50,6 +52,7 @@ from odyssey_core.recipes.espo.metrics import (
     trivial_baselines,
 )
 from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+from odyssey_core.recipes.espo.report import plot_metrics, write_online_video
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
 from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
 from odyssey_core.stages import (
@@ -96,6 +99,13 @@ ESPO_SFT_DEFAULTS: dict[str, Any] = {
     "checkpoint_every": 50,
     "keep_checkpoints": 2,
 }
+#: the training metrics the report plots against the step
+ESPO_CURVE_KEYS = (
+    "espo/search_accuracy",
+    "espo/recommend_accuracy",
+    "espo/intent_acc",
+    "espo/format_valid",
+)
 #: the evaluation numbers a registered version carries (``metric.eval.<key>`` tags)
 ESPO_SCORE_KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "intent_f1", "format_valid")
 
@@ -129,6 +139,7 @@ class EspoEvalStage(PipelineSection):
     n_envs: int = Field(default=4, ge=1, description="episodes answered side by side")
     online: bool = Field(default=True, description="also play each test episode live")
     online_max_steps: int = Field(default=40, ge=1)
+    videos: int = Field(default=2, ge=0, description="live episodes shown on video")
     threshold: float = Field(default=0.5, gt=0, le=1, description="text F1 a step needs")
     resamples: int = Field(default=2000, ge=100, description="episode-bootstrap resamples")
     seed: int = 0
@@ -403,7 +414,12 @@ def stage_espo_train(
             base = str(Path(settings.model.path).resolve())
         ctx.run.log_artifact_ref("checkpoint", uri)
         ctx.keep(checkpoint)
-        return {"checkpoint_uri": uri, "base_model": base, "steps": steps}
+        return {
+            "checkpoint_uri": uri,
+            "base_model": base,
+            "steps": steps,
+            "mlflow_run_id": ctx.run.run_id,  # its metrics are the report's training curves
+        }
 
     inputs = {"dataset": data["dataset_uri"]}
     if sft is not None:
@@ -447,12 +463,18 @@ def _per_episode(outcomes: list[Any], episodes: list[Any], metric: str, threshol
 
 
 def evaluate_espo_model(
-    cfg: EspoPipelineConfig, model_ref: str, label: str, dataset: Path, out_dir: Path
+    cfg: EspoPipelineConfig,
+    model_ref: str,
+    label: str,
+    dataset: Path,
+    out_dir: Path,
+    *,
+    training_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate one model (store URI or folder) on ``eval.splits``: the metrics with their
-    intervals, the trivial baselines, per-episode scores and the report, no marker."""
-    from odyssey_core.policy.base import GenerationParams
-
+    intervals, the trivial baselines, per-episode scores, and the report folder (the table,
+    the bar plot, videos of the first ``eval.videos`` live episodes with the model's
+    reasoning, and the training curves of ``training_run_id`` when given), no marker."""
     out_dir.mkdir(parents=True, exist_ok=True)
     inputs = _eval_inputs(cfg)
     s = _train_settings(cfg)
@@ -487,7 +509,12 @@ def evaluate_espo_model(
         outcomes += evaluate_offline(policy, dataset, chosen, **common)
         if e.online:
             online += evaluate_online(
-                policy, dataset, chosen, max_steps=e.online_max_steps, **common
+                policy,
+                dataset,
+                chosen,
+                max_steps=e.online_max_steps,
+                record=max(0, e.videos - len(online)),
+                **common,
             )
     if not episodes:
         raise ValueError(f"{dataset} has no episodes in the evaluation splits {e.splits}")
@@ -514,17 +541,35 @@ def evaluate_espo_model(
         ],
     }
     (out_dir / "scores.json").write_text(json.dumps(scores))
-    report = out_dir / "report.md"
+    folder = out_dir / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    pictures = [plot_metrics({label: metrics}, baselines, folder / "metrics.png")]
+    for k, result in enumerate(r for r in online if r.frames):
+        video = write_online_video(result, result.frames, result.texts, folder / f"live-{k}.mp4")
+        pictures += [video] if video is not None else []
+    if training_run_id is not None:
+        curves = plot_training_curves(
+            cfg.mlflow_uri, training_run_id, folder / "training.png", ESPO_CURVE_KEYS
+        )
+        pictures += [curves] if curves is not None else []
+    report = folder / "report.md"
     report.write_text(
         f"### ESPO evaluation: {label}\n\n"
-        f"{len(episodes)} {'+'.join(e.splits)} episodes, {metrics.n_steps} steps, teacher-forced "
-        f"(intervals: episode bootstrap, {metrics.confidence:.0%}); online success over "
-        f"{len(online)} live episodes.\n\n" + metrics_table_markdown({label: metrics}, baselines)
+        f"{len(episodes)} {'+'.join(e.splits)} episodes, {metrics.n_steps} steps, "
+        f"teacher-forced (intervals: episode bootstrap, {metrics.confidence:.0%}); online "
+        f"success over {len(online)} live episodes.\n\n"
+        + metrics_table_markdown({label: metrics}, baselines)
+        + "\n"
+        + "".join(
+            f"![{p.stem}]({p.name})\n" if p.suffix == ".png" else f"[{p.name}]({p.name})\n"
+            for p in pictures
+        )
     )
     return {
         "summary": summary,
         "scores": scores,
         "scores_path": str(out_dir / "scores.json"),
+        "report_dir": str(folder),
         "report_markdown": str(report),
     }
 
@@ -534,21 +579,28 @@ def stage_espo_evaluate(
     data: Mapping[str, Any],
     checkpoint_uri: str,
     *,
+    training_run_id: str | None = None,
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the trained policy; returns ``scores_uri``, ``report_uri`` and the metrics."""
+    """Evaluate the trained policy; returns ``scores_uri``, ``report_uri`` (the report folder:
+    table, plot, videos, the curves of ``training_run_id``) and the metrics."""
     params = _eval_inputs(cfg)
 
     def body(ctx: StageContext) -> dict[str, Any]:
         dataset = _dataset(cfg, data, ctx.work)
         evaluated = evaluate_espo_model(
-            cfg, checkpoint_uri, "candidate", dataset, ctx.work / f"candidate-{ctx.tag}"
+            cfg,
+            checkpoint_uri,
+            "candidate",
+            dataset,
+            ctx.work / f"candidate-{ctx.tag}",
+            training_run_id=training_run_id,
         )
         summary = evaluated["summary"]
         ctx.run.log_metrics(numeric({f"eval.{k}": v for k, v in summary.items()}))
-        ctx.run.log_artifact(evaluated["report_markdown"], "reports")
+        ctx.run.log_artifact(evaluated["report_dir"], "report")
         scores_uri = ctx.publish_file(evaluated["scores_path"], "scores.json")
-        report_uri = ctx.publish_file(evaluated["report_markdown"], "report.md")
+        report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
         ctx.keep(evaluated["scores_path"], evaluated["report_markdown"])
         return {
             "scores_uri": scores_uri,

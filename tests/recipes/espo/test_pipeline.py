@@ -87,7 +87,9 @@ def run_all(cfg: EspoPipelineConfig) -> dict[str, dict[str, Any]]:
     out["sft"] = stage_espo_sft(cfg, out["data"])
     out["train"] = stage_espo_train(cfg, out["data"], out["sft"])
     checkpoint = out["train"]["checkpoint_uri"]
-    out["evaluate"] = stage_espo_evaluate(cfg, out["data"], checkpoint)
+    out["evaluate"] = stage_espo_evaluate(
+        cfg, out["data"], checkpoint, training_run_id=out["train"]["mlflow_run_id"]
+    )
     out["register"] = stage_espo_register(
         cfg, out["data"], checkpoint, out["evaluate"], out["train"]["base_model"]
     )
@@ -109,9 +111,15 @@ def test_stages_end_to_end_skip_on_rerun_and_the_registered_model_answers(
     first = run_all(cfg)
     assert first["data"]["episodes_train"] == 10 and first["sft"]["steps"] == 2
     assert first["train"]["steps"] == 1
-    report = Path(first["evaluate"]["report_markdown"]).read_text()
+    report_path = Path(first["evaluate"]["report_markdown"])
+    report = report_path.read_text()
     for column in ("EleAcc", "Op F1", "Step SR", "RecAcc", "always_no", "first_item"):
         assert column in report
+    # the bar plot, one video per live episode (two at most), the training curves
+    pictures = {p.name for p in report_path.parent.iterdir()}
+    assert {"metrics.png", "live-0.mp4", "live-1.mp4", "training.png"} <= pictures
+    for name in ("metrics.png", "live-0.mp4", "training.png"):
+        assert name in report
     scores = json.loads(Path(first["evaluate"]["scores_path"]).read_text())
     assert len(scores["scores"]) == 2  # val + test episodes: the gate's sample
     assert first["register"]["version"] == 1 and first["register"]["reference"] == "base"
@@ -124,7 +132,10 @@ def test_stages_end_to_end_skip_on_rerun_and_the_registered_model_answers(
     name = registry.model_name(cfg.game)
     alias = "champion" if first["register"]["promoted"] else "candidate"
     mlflow.set_tracking_uri(cfg.mlflow_uri)
-    model = mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
+    try:
+        model = mlflow.pyfunc.load_model(f"models:/{name}@{alias}")
+    finally:  # the tracking URI is process-global: later tests must not inherit it
+        mlflow.set_tracking_uri(None)
     env = PersonaEnv(dataset=first["data"]["dataset_path"], split="test")
     observation, _ = env.reset()
     answer = model.predict(
