@@ -1,5 +1,7 @@
 """The shipped infrastructure files hang together (no Docker engine runs in CI)."""
 
+import json
+import shlex
 from pathlib import Path
 
 import yaml
@@ -74,3 +76,115 @@ def _as_list(value: object) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
+
+
+# ----------------------------------------------------------------------------- GPU placement
+
+
+def _gpu_pool_job(**values: object) -> dict:
+    """The GPU work pool's Job manifest as Prefect's worker renders it (defaults + values)."""
+    from prefect.utilities.templating import apply_values
+
+    template = json.loads((ROOT / "infra" / "k8s-work-pool.json").read_text())
+    properties = template["variables"]["properties"]
+    defaults = {k: v["default"] for k, v in properties.items() if "default" in v}
+    rendered = apply_values(template["job_configuration"], {**defaults, **values})
+    return rendered["job_manifest"]
+
+
+def test_gpu_pool_pods_take_a_whole_8_gpu_node() -> None:
+    job = _gpu_pool_job(name="rl", image="odyssey:cuda")
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    resources = container["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == 8
+    assert resources["requests"]["memory"] == resources["limits"]["memory"] == "960Gi"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "128Gi"}
+    assert _gibibytes("128Gi") < _gibibytes(resources["limits"]["memory"])  # shm is charged
+    # on-disk rollout frames go to the node-disk scratch volume
+    scratch = volumes[mounts["/scratch"]]["emptyDir"]
+    assert "medium" not in scratch and scratch["sizeLimit"] == "400Gi"
+    env = {e["name"]: e["value"] for e in _env_list(job)}
+    assert env["ODYSSEY_FRAMES_DIR"].startswith("/scratch/")
+    assert int(env["ODYSSEY_FRAMES_ON_DISK"]) > 0
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expressions = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "nvidia.com/gpu.count", "operator": "Gt", "values": ["7"]} in expressions
+    assert {"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]} in expressions
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"
+    ]
+    # a deployment can still ask for a smaller slice
+    small = _gpu_pool_job(name="eval", gpus=1, memory="64Gi")["spec"]["template"]["spec"]
+    assert small["containers"][0]["resources"]["limits"] == {"memory": "64Gi", "nvidia.com/gpu": 1}
+
+
+def _env_list(job: dict) -> list[dict]:
+    # the worker fills the container env from the flow run; the template's default is a map
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    return [{"name": k, "value": v} for k, v in env.items()] if isinstance(env, dict) else env
+
+
+def _gibibytes(quantity: str) -> float:
+    units = {"Gi": 1.0, "Ti": 1024.0, "Mi": 1 / 1024}
+    return float(quantity[:-2]) * units[quantity[-2:]]
+
+
+def _multinode() -> dict[str, dict]:
+    docs = yaml.safe_load_all((ROOT / "infra" / "k8s" / "rl-multinode.yaml").read_text())
+    return {doc["kind"]: doc for doc in docs}
+
+
+def test_multinode_job_runs_torchrun_on_every_node_with_rendezvous_at_pod_0() -> None:
+    from odyssey_core.launch import LaunchSettings, launcher_command, train_args
+
+    docs = _multinode()
+    job, service = docs["Job"], docs["Service"]
+    spec = job["spec"]
+    nodes = spec["completions"]
+    assert (nodes, spec["parallelism"], spec["completionMode"]) == (2, 2, "Indexed")
+    assert spec["backoffLimit"] == 0
+    pod = spec["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == 8
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    shm = next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]
+    assert shm["medium"] == "Memory"
+    # pod k answers at <job>-k.<subdomain>; the headless Service selects the Job's pods
+    assert service["spec"]["clusterIP"] == "None"
+    assert pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["selector"] == {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+    anti = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert anti[0]["topologyKey"] == "kubernetes.io/hostname"
+
+    assert container["command"] == ["bash", "-c"]
+    words = shlex.split(container["args"][0])
+    assert words[0] == "exec"
+    endpoint = f"{job['metadata']['name']}-0.{service['metadata']['name']}:29500"
+    preset = "/etc/odyssey/mario-rl.yaml"
+    args = train_args("odysseus", Path(preset), Path("/runs/mario-rl"))
+    for rank in range(nodes):  # each pod's completion index is its node rank
+        launch = LaunchSettings(
+            nproc_per_node=8, nnodes=nodes, node_rank=rank, rdzv_endpoint=endpoint
+        )
+        command = [w.replace("$JOB_COMPLETION_INDEX", str(rank)) for w in words[1:]]
+        assert command == launcher_command(launch, args, python="python")
+    port = service["spec"]["ports"][0]["port"]
+    assert port == 29500 == container["ports"][0]["containerPort"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert Path(preset).parent == Path(mounts["preset"])
+
+
+def test_multinode_preset_is_a_valid_paper_preset(tmp_path: Path) -> None:
+    from odyssey_core.recipes.odysseus.settings import load_train_settings
+
+    text = _multinode()["ConfigMap"]["data"]["mario-rl.yaml"]
+    preset = yaml.safe_load(text)
+    assert preset["inherit"] == "/opt/odyssey/configs/odysseus/paper.yaml"  # the image's
+    preset["inherit"] = str(ROOT / "configs" / "odysseus" / "paper.yaml")
+    (tmp_path / "mario-rl.yaml").write_text(yaml.safe_dump(preset))
+    settings = load_train_settings(tmp_path / "mario-rl.yaml")
+    assert settings.model.gradient_checkpointing and settings.model.device == "cuda"
+    assert settings.rollout.num_trajectories == 1024 and settings.rollout.max_turns == 400

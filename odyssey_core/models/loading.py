@@ -159,13 +159,23 @@ def load_model(
 
 
 def load_processor(path: str | Path) -> Any:
-    """Load the image+text processor of a local checkpoint as :class:`OdysseyVLProcessor`.
+    """Load the image+text processor of a local checkpoint.
 
-    Always this class, whatever the folder's files name (real Qwen checkpoints name
-    ``Qwen3VLProcessor``/``Qwen2_5_VLProcessor``, whose video part needs torchvision).
+    Where torchvision is installed and the folder names a stock Qwen-VL processor (the tiny
+    model does, and real checkpoints do), the stock class, as transformers and vLLM build it;
+    otherwise :class:`~odyssey_core.models.processor.OdysseyVLProcessor`, the same processor
+    without its video part (whose processor needs torchvision), whatever the folder names.
     """
     _offline()
-    from odyssey_core.models.processor import OdysseyVLProcessor
+    from odyssey_core.models.processor import (
+        OdysseyVLProcessor,
+        has_torchvision,
+        names_stock_processor,
+    )
 
     folder = check_checkpoint(path, model=False)
+    if has_torchvision() and names_stock_processor(folder):
+        from transformers import AutoProcessor
+
+        return AutoProcessor.from_pretrained(folder, local_files_only=True)
     return OdysseyVLProcessor.from_pretrained(folder, local_files_only=True)

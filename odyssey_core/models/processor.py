@@ -1,29 +1,83 @@
-"""An image-and-text processor for Qwen-VL checkpoints that needs no torchvision.
+"""Qwen-VL processors: the stock class where torchvision is installed, an image-only one where
+it is not.
 
 transformers 5.x builds ``Qwen3VLProcessor`` / ``Qwen2_5_VLProcessor`` with a video processor,
-and every video processor imports torchvision, which cannot be installed beside our pinned
+and every video processor imports torchvision, which cannot be installed beside our pinned CPU
 torch. Odyssey only ever sends still frames, so :class:`OdysseyVLProcessor` is the Qwen-VL
 processor minus its video part, with the PIL/numpy image processor
 (``Qwen2VLImageProcessorPil``; the default "fast" one is torchvision-based too).
 
-It is registered with ``AutoProcessor`` for the Qwen-VL config types, and folders written by
-``save_pretrained`` name it in ``processor_config.json``, so after ``import odyssey_core.models``
-``AutoProcessor.from_pretrained(tiny_dir)`` returns it. Real checkpoints name
-``Qwen3VLProcessor`` in their processor files, which ``AutoProcessor`` would honour (and then
-fail on the video processor): load those with :func:`odyssey_core.models.load_processor`,
-which always goes through this class.
+Folders are always written in the stock layout, so transformers, vLLM and ``odyssey serve``
+read them on any machine with torchvision: :meth:`OdysseyVLProcessor.save_pretrained` names
+the stock processor class (``Qwen3VLProcessor``, or ``Qwen2_5_VLProcessor`` for a Qwen2.5-VL
+``config.json`` beside it) in ``processor_config.json`` and ``tokenizer_config.json``, with a
+video processor config next to the image processor's. Which class reads a folder back:
+
+- :func:`odyssey_core.models.load_processor` (what Odyssey itself uses) returns the stock class
+  where torchvision is installed (the same pixels vLLM computes) and this class where not.
+- ``AutoProcessor.from_pretrained`` after ``import odyssey_core.models``: the stock class where
+  torchvision is installed (nothing is changed then); where it is missing, importing
+  ``AutoProcessor``'s module registers this class for the Qwen-VL configs and for the stock
+  Qwen-VL processor names, which otherwise fail on their torchvision-only video processor.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import transformers.models.auto.processing_auto as processing_auto
 from PIL import Image
-from transformers import AutoProcessor, Qwen2VLImageProcessorPil
+from transformers import (
+    AutoProcessor,
+    Qwen2_5_VLConfig,
+    Qwen2VLImageProcessorPil,
+    Qwen3VLConfig,
+    Qwen3VLMoeConfig,
+)
 from transformers.models.qwen3_vl.processing_qwen3_vl import Qwen3VLProcessor
+from transformers.utils import is_torchvision_available
 
-__all__ = ["OdysseyVLProcessor", "make_image_processor", "prepare_frame"]
+__all__ = [
+    "STOCK_CLASSES",
+    "OdysseyVLProcessor",
+    "has_torchvision",
+    "make_image_processor",
+    "names_stock_processor",
+    "prepare_frame",
+    "write_stock_processor_config",
+]
+
+#: config.json model_type -> (the stock processor class, its video processor class)
+STOCK_CLASSES: dict[str, tuple[str, str]] = {
+    "qwen3_vl": ("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
+    "qwen3_vl_moe": ("Qwen3VLProcessor", "Qwen3VLVideoProcessor"),
+    "qwen2_5_vl": ("Qwen2_5_VLProcessor", "Qwen2VLVideoProcessor"),
+}
+_STOCK_PROCESSORS = frozenset(name for name, _ in STOCK_CLASSES.values())
+# image processor settings a Qwen-VL video processor shares
+_VIDEO_KEYS = (
+    "do_convert_rgb",
+    "do_normalize",
+    "do_rescale",
+    "do_resize",
+    "image_mean",
+    "image_std",
+    "merge_size",
+    "patch_size",
+    "resample",
+    "rescale_factor",
+    "size",
+    "temporal_patch_size",
+)
+
+
+def has_torchvision() -> bool:
+    """Whether transformers can use torchvision here (and so build the stock processors)."""
+    return bool(is_torchvision_available())
 
 
 class OdysseyVLProcessor(Qwen3VLProcessor):
@@ -55,6 +109,54 @@ class OdysseyVLProcessor(Qwen3VLProcessor):
             self.image_processor.model_input_names
         )
         return [*dict.fromkeys(names), "mm_token_type_ids"]
+
+    def save_pretrained(self, save_directory: str | Path, *args: Any, **kwargs: Any) -> Any:
+        """Save in the stock layout (see :func:`write_stock_processor_config`)."""
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        write_stock_processor_config(save_directory)
+        return saved
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_stock_processor_config(folder: str | Path) -> None:
+    """Rewrite a saved processor folder to name the stock classes that transformers and vLLM
+    know: ``processor_class`` in ``processor_config.json`` and ``tokenizer_config.json``, and
+    a ``video_processor`` config (the image processor's patch, merge, size and normalisation
+    settings) beside the ``image_processor`` one. The family comes from the ``config.json``
+    in the folder (the model is saved first); without one, Qwen3-VL."""
+    folder = Path(folder)
+    model_type = _read_json(folder / "config.json").get("model_type", "qwen3_vl")
+    processor_class, video_class = STOCK_CLASSES.get(model_type, STOCK_CLASSES["qwen3_vl"])
+    config = _read_json(folder / "processor_config.json")
+    image = config.get("image_processor", {})
+    config["processor_class"] = processor_class
+    config["video_processor"] = {
+        **{k: image[k] for k in _VIDEO_KEYS if k in image},
+        "video_processor_type": video_class,
+    }
+    _write_json(folder / "processor_config.json", config)
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        _write_json(
+            tokenizer_config, {**_read_json(tokenizer_config), "processor_class": processor_class}
+        )
+
+
+def names_stock_processor(folder: str | Path) -> bool:
+    """Whether the folder's processor files name a stock Qwen-VL processor class."""
+    folder = Path(folder)
+    for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
+        named = _read_json(folder / name).get("processor_class")
+        if named is not None:
+            return named in _STOCK_PROCESSORS
+    return False
 
 
 def make_image_processor(
@@ -104,12 +206,28 @@ def prepare_frame(
     return pil
 
 
-def _register() -> None:
-    # Make AutoProcessor pick our class for Qwen-VL configs and for folders that name it.
-    from transformers import Qwen2_5_VLConfig, Qwen3VLConfig
+def _resolve_stock_names(original: Callable[[str], Any]) -> Callable[[str], Any]:
+    def processor_class_from_name(class_name: str) -> Any:
+        if class_name in _STOCK_PROCESSORS:
+            return OdysseyVLProcessor
+        return original(class_name)
 
-    for config_class in (Qwen3VLConfig, Qwen2_5_VLConfig):
+    processor_class_from_name.resolves_stock_names = True  # type: ignore[attr-defined]
+    return processor_class_from_name
+
+
+def _register() -> None:
+    # Where torchvision is missing, the stock Qwen-VL processors cannot be built at all (their
+    # video processor needs it): let AutoProcessor answer with this class instead, both for
+    # folders that name a stock class and for Qwen-VL configs that name none. AutoProcessor
+    # resolves a named class before any registration, hence the name resolver too.
+    if has_torchvision():
+        return
+    for config_class in (Qwen3VLConfig, Qwen3VLMoeConfig, Qwen2_5_VLConfig):
         AutoProcessor.register(config_class, OdysseyVLProcessor, exist_ok=True)
+    resolver = processing_auto.processor_class_from_name
+    if not getattr(resolver, "resolves_stock_names", False):
+        processing_auto.processor_class_from_name = _resolve_stock_names(resolver)
 
 
 _register()

@@ -254,7 +254,10 @@ def build_tiny_model(
 
     Deterministic: the same ``seed`` gives byte-identical tokenizer files and identical
     weights. Returns the folder, which :func:`odyssey_core.models.load_model` and
-    :func:`odyssey_core.models.load_processor` accept like any real checkpoint.
+    :func:`odyssey_core.models.load_processor` accept like any real checkpoint. Its processor
+    files name the stock ``Qwen3VLProcessor`` with a video processor config (see
+    :mod:`odyssey_core.models.processor`), so transformers and vLLM load the folder where
+    torchvision is installed, wherever it was built.
 
     ``zero_mean_patches`` makes every patch-embedding filter sum to zero. A random filter
     otherwise mostly measures a patch's mean brightness, and on game frames (a flat

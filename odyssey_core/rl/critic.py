@@ -9,6 +9,12 @@ optimiser, apart from the VLM, with
 where R_t = sum_{i>=t} gamma^(i-t) r_i is the discounted return-to-go. The network predicts
 returns divided by ``value_scale`` so its outputs stay near 1; :meth:`CriticTrainer.predict`
 multiplies back, so everything outside this module sees values in return units.
+
+The network runs on any torch device (``CriticSettings.device``, else the device the recipe
+passes, which is the policy's). Frames travel as uint8, ``predict_chunk`` or
+``minibatch_size`` at a time, and become floats on that device; they may be a list or an
+on-disk :class:`~odyssey_core.rollout.frames.FrameView`, so only one chunk is ever stacked.
+State dicts hold CPU tensors and load onto whatever device the critic is on.
 """
 
 from __future__ import annotations
@@ -95,6 +101,40 @@ def stack_frames(frames: Frames, index: Sequence[int] | torch.Tensor | None = No
     return torch.from_numpy(np.stack([np.asarray(frames[i]) for i in rows]))
 
 
+def resolve_device(name: str | torch.device) -> torch.device:
+    """A torch device that exists here, or a ValueError saying what to change."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                "this torch build has no CUDA"
+                if torch.version.cuda is None
+                else "no CUDA device is visible"
+            )
+            raise ValueError(
+                f"the critic was asked to run on {str(device)!r}, but {why} "
+                f"(torch {torch.__version__}); set critic.device to 'cpu' or run on a GPU machine"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"the critic was asked to run on {str(device)!r}, but only "
+                f"{torch.cuda.device_count()} CUDA device(s) are visible"
+            )
+    return device
+
+
+def to_cpu(value: Any) -> Any:
+    """``value`` (tensors inside dicts, lists and tuples) with every tensor copied to the CPU:
+    a snapshot, never sharing storage with the live network or optimiser."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var(R - V) / Var(R) with population variances; NaN when Var(R) is 0."""
     var_target = target.var(correction=0)
@@ -107,11 +147,15 @@ class CriticTrainer:
     """The critic network, its optimiser, and one epoch-based update per training step."""
 
     def __init__(
-        self, settings: CriticSettings | None = None, seed: int = 0, device: str = "cpu"
+        self,
+        settings: CriticSettings | None = None,
+        seed: int = 0,
+        device: str | torch.device | None = None,
     ) -> None:
+        """The device is ``settings.device`` when set, else ``device``, else the CPU."""
         self.settings = settings or CriticSettings()
-        self.device = torch.device(device)
         s = self.settings
+        self.device = resolve_device(s.device or device or "cpu")
         with torch.random.fork_rng(devices=[]):  # seeded init without touching the global RNG
             torch.manual_seed(seed)
             self.network = NatureCNN((s.input_height, s.input_width), s.grayscale, s.hidden_dim)
@@ -137,12 +181,14 @@ class CriticTrainer:
         chunk = self.settings.predict_chunk
         out = [
             self.network(
-                stack_frames(frames, range(i, min(i + chunk, len(frames)))).to(self.device)
-            )
+                stack_frames(frames, range(i, min(i + chunk, len(frames)))).to(
+                    self.device, non_blocking=True
+                )
+            ).cpu()
             for i in range(0, len(frames), chunk)
         ]
         values = torch.cat(out) if out else torch.zeros(0)
-        return values.float().cpu() * self.settings.value_scale
+        return values.float() * self.settings.value_scale
 
     # -- training --------------------------------------------------------------------------------
 
@@ -171,7 +217,9 @@ class CriticTrainer:
             order = torch.randperm(len(frames), generator=self.generator)
             for start in range(0, len(frames), s.minibatch_size):
                 index = order[start : start + s.minibatch_size]
-                predicted = self.network(stack_frames(frames, index).to(self.device))
+                predicted = self.network(
+                    stack_frames(frames, index).to(self.device, non_blocking=True)
+                )
                 loss = self._loss(predicted, targets[index].to(self.device))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -200,9 +248,10 @@ class CriticTrainer:
     # -- checkpoints -----------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything a resume needs, as CPU tensors (loadable on any device)."""
         return {
-            "network": self.network.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "network": to_cpu(self.network.state_dict()),
+            "optimizer": to_cpu(self.optimizer.state_dict()),
             "generator": self.generator.get_state(),
             "steps_done": self.steps_done,
             "settings": self.settings.model_dump(),
@@ -213,7 +262,7 @@ class CriticTrainer:
             self.settings.value_scale
         ):  # the weights would mean different returns
             raise ValueError("checkpoint was trained with a different value_scale")
-        self.network.load_state_dict(state["network"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.network.load_state_dict(state["network"])  # copied onto the network's device
+        self.optimizer.load_state_dict(state["optimizer"])  # moments follow their parameters
         self.generator.set_state(state["generator"])
         self.steps_done = int(state["steps_done"])

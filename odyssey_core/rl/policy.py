@@ -26,6 +26,7 @@ __all__ = [
     "ReferenceScorer",
     "build_policy",
     "build_reference",
+    "enable_gradient_checkpointing",
     "resolve_base_model",
 ]
 
@@ -53,7 +54,8 @@ def build_policy(
 
     ``policy_kwargs`` go to :class:`HFPolicy` (``game=`` or ``system_prompt=``). The model is
     put in eval mode: RL runs without dropout, so old and new log-probs come from one
-    function (exact PPO ratios; LoRA dropout stays off too).
+    function (exact PPO ratios; LoRA dropout stays off too). ``model.gradient_checkpointing``
+    turns on activation checkpointing (:func:`enable_gradient_checkpointing`).
     """
     base = resolve_base_model(model, out_dir)
     kwargs = {"dtype": model.dtype, "device": model.device}
@@ -69,6 +71,8 @@ def build_policy(
         )
     processor = load_processor(base if checkpoint is None else policy_dir(checkpoint))
     network.eval()
+    if model.gradient_checkpointing:
+        enable_gradient_checkpointing(network)
     return HFPolicy(
         network,
         processor,
@@ -76,6 +80,39 @@ def build_policy(
         image_size=model.image_size,
         **policy_kwargs,
     )
+
+
+def enable_gradient_checkpointing(network: Any) -> list[torch.nn.Module]:
+    """Recompute each decoder and vision block's activations in the backward pass, even in
+    eval mode; returns the checkpointed blocks.
+
+    transformers' checkpointing (``activation_checkpointing_enable``, non-reentrant
+    ``torch.utils.checkpoint``) only acts on blocks in training mode, and the RL policy stays
+    in eval mode (no dropout, exact PPO ratios), so enabling it alone would silently keep
+    every activation. A forward pre-hook on each block therefore marks that block (only the
+    block: its attention, MLP and any dropout stay in eval mode, so the numbers are the eval
+    model's) as training right before it runs, and no ``eval()`` / ``train()`` call anywhere
+    (``generate`` makes them) can switch checkpointing off. Under ``no_grad`` (rollouts, old
+    log-probs) the blocks run as usual, with their KV cache.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    model = network.get_base_model() if hasattr(network, "get_base_model") else network
+    model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    blocks = [
+        m
+        for m in model.modules()
+        if isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
+    ]
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} has no blocks to checkpoint")
+    for block in blocks:
+        block.register_forward_pre_hook(_mark_training)
+    return blocks
+
+
+def _mark_training(block: torch.nn.Module, _inputs: Any) -> None:
+    block.training = True
 
 
 def build_reference(

@@ -58,6 +58,11 @@ class CriticSettings(StrictModel):
     predict_chunk: int = Field(
         default=1024, ge=1, description="turns per forward pass when predicting values"
     )
+    device: str | None = Field(
+        default=None,
+        description="torch device of the critic ('cpu', 'cuda', 'cuda:1'); null: the device "
+        "the recipe gives it (the policy's), else the CPU",
+    )
 
 
 class ModelSettings(StrictModel):
@@ -71,4 +76,9 @@ class ModelSettings(StrictModel):
     image_scale: int | None = Field(default=None, ge=1, description="paper: 8x upsampling")
     image_size: tuple[int, int] | None = None
     attn_implementation: str = "sdpa"
+    gradient_checkpointing: bool = Field(
+        default=False,
+        description="recompute each decoder layer's activations in the backward instead of "
+        "keeping them (less activation memory, one more forward of compute per update)",
+    )
     game: str = Field(default="odland", description="which system prompt the policy gets")

@@ -1,7 +1,8 @@
 """Value functions V(o_t) for the estimators that read them: ``VALUE_FUNCTIONS``.
 
 - ``cnn``: the turn-level NatureCNN critic on the frame (Odysseus Section 4.1), trained on
-  its own optimiser after the advantages are computed (:mod:`odyssey_core.rl.critic`).
+  its own optimiser after the advantages are computed (:mod:`odyssey_core.rl.critic`), on
+  the device its settings name or the one it is given (the policy's).
 - ``vlm_head``: an MLP on the policy's own hidden state at the last prompt token
   (:mod:`odyssey_core.rl.value_head`); its loss joins the policy loss in the same scoring
   forward and backward, weighted by ``value_coef`` (GTR Table 2: 0.5).
@@ -34,16 +35,25 @@ class CNNValue:
 
     in_graph = False
 
-    def __init__(self, settings: CriticSettings, *, seed: int = 0, device: str = "cpu") -> None:
+    def __init__(
+        self, settings: CriticSettings, *, seed: int = 0, device: str | None = None
+    ) -> None:
+        """On ``settings.device`` when set, else on ``device`` (pass the policy's), else CPU."""
         self.critic = CriticTrainer(settings, seed=seed, device=device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.critic.device
 
     def predict(
         self, policy: Any, batch: TurnBatch, bootstrap: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """V(o_t) from the batch's frames, read a chunk at a time (they may be on disk), and
+        V(o_{t+1}) from the next observations of the truncated rows."""
         cut = _cut_rows(batch) if bootstrap else []
-        frames = list(batch.frames) + [batch.next_observations[k].image for k in cut]  # type: ignore[index]
-        values = self.critic.predict(frames)
-        return values[: len(batch)], _scatter(values[len(batch) :], cut, len(batch), bootstrap)
+        values = self.critic.predict(batch.frames)
+        after = self.critic.predict([batch.next_observations[k].image for k in cut])  # type: ignore[index]
+        return values, _scatter(after, cut, len(batch), bootstrap)
 
     def fit(self, batch: TurnBatch, returns: torch.Tensor) -> dict[str, float]:
         return self.critic.train_step(batch.frames, returns)
@@ -99,15 +109,16 @@ class VLMHeadValue:
         """Prompt-only forwards: V(o_t) for every row, V(o_{t+1}) for the truncated ones (their
         next observation is encoded like a prompt)."""
         prompts = [list(map(int, p)) for p in batch.prompt_ids]
-        frames: list[Any] = list(batch.frames)
+        values = self.head.predict(policy, prompts, batch.frames, self.micro_batch)
         cut = _cut_rows(batch) if bootstrap else []
+        next_prompts, next_frames = [], []
         for k in cut:
             observation = batch.next_observations[k]  # type: ignore[index]
             inputs, _ = policy.encode([observation])
-            prompts.append(inputs["input_ids"][0][inputs["attention_mask"][0].bool()].tolist())
-            frames.append(observation.image)
-        values = self.head.predict(policy, prompts, frames, self.micro_batch)
-        return values[: len(batch)], _scatter(values[len(batch) :], cut, len(batch), bootstrap)
+            next_prompts.append(inputs["input_ids"][0][inputs["attention_mask"][0].bool()].tolist())
+            next_frames.append(observation.image)
+        after = self.head.predict(policy, next_prompts, next_frames, self.micro_batch)
+        return values, _scatter(after, cut, len(batch), bootstrap)
 
     def fit(self, batch: TurnBatch, returns: torch.Tensor) -> dict[str, float]:
         return {}  # trained in the policy's backward (piece_loss)

@@ -5,6 +5,11 @@ fields (prompt and response ids, thought/action masks, behaviour log-probs) are 
 1-D tensor per turn; turn-level fields are 1-D tensors of length N. Persisted as a Parquet
 table with each frame as a PNG file beside it.
 
+``frames`` is a list of uint8 ``[H, W, 3]`` arrays, or, for a large batch, a
+:class:`~odyssey_core.rollout.frames.FrameView` of frames kept on disk that indexes the same
+way and reads a frame only when it is indexed (:meth:`TurnBatch.spill_frames`; automatic above
+``ODYSSEY_FRAMES_ON_DISK`` frames). ``select`` and ``concat`` keep on-disk frames on disk.
+
 How an episode's last row ended is kept in two flags, as Gymnasium does: ``terminated`` (the
 task is over: no future to bootstrap) and ``truncated`` (cut by a turn limit or the end of a
 turn budget: the value of the next observation, ``bootstrap_values``, stands in for the
@@ -29,6 +34,13 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
+from odyssey_core.rollout.frames import (
+    FrameView,
+    concat_frames,
+    spill_threshold,
+    store_frames,
+)
+
 TABLE_FILE = "turns.parquet"
 FRAMES_DIR = "frames"
 _RAGGED = ("prompt_ids", "response_ids", "thought_mask", "action_mask", "behaviour_logprobs")
@@ -42,7 +54,7 @@ class TurnBatch:
     episode_ids: torch.Tensor  # long [N]
     turn_index: torch.Tensor  # long [N], 0 at each episode's first turn
     levels: list[str]  # task / level id per turn, e.g. "odland-1-1"
-    frames: list[np.ndarray]  # uint8 [H, W, 3] per turn: what the agent saw
+    frames: Sequence[np.ndarray]  # uint8 [H, W, 3] per turn: what the agent saw (list/FrameView)
     prompt_ids: list[torch.Tensor]  # long, per turn
     response_ids: list[torch.Tensor]  # long, per turn
     thought_mask: list[torch.Tensor]  # bool over response tokens
@@ -68,6 +80,25 @@ class TurnBatch:
         if not self.extras:
             self.extras = [{} for _ in range(len(self.levels))]
         self.validate()
+        threshold = spill_threshold()
+        if threshold is not None:
+            self.spill_frames(above=threshold)
+
+    def spill_frames(self, directory: str | Path | None = None, above: int = 0) -> TurnBatch:
+        """Move the frames into a :class:`~odyssey_core.rollout.frames.FrameStore` on disk when
+        there are more than ``above`` of them (in place: the list is dropped; returns this
+        batch).
+
+        The store's folder is made under ``directory`` (default ``ODYSSEY_FRAMES_DIR`` or the
+        temp folder) and removed once no batch or view refers to it any more."""
+        if isinstance(self.frames, FrameView) or len(self.frames) <= above:
+            return self
+        self.frames = store_frames(self.frames, directory)
+        return self
+
+    @property
+    def frames_on_disk(self) -> bool:
+        return isinstance(self.frames, FrameView)
 
     @property
     def dones(self) -> torch.Tensor:
@@ -141,6 +172,8 @@ class TurnBatch:
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
                 picked[f.name] = value[index]
+            elif isinstance(value, FrameView):
+                picked[f.name] = value.select(index.numpy())
             elif isinstance(value, list):
                 picked[f.name] = [value[i] for i in index.tolist()]
             else:
@@ -168,7 +201,9 @@ class TurnBatch:
             if f.name == "episode_ids":
                 continue
             values = [getattr(b, f.name) for b in batches]
-            if f.name in (*_OPTIONAL, *_OPTIONAL_LONG):
+            if f.name == "frames":
+                merged[f.name] = concat_frames(values)
+            elif f.name in (*_OPTIONAL, *_OPTIONAL_LONG):
                 merged[f.name] = None if any(v is None for v in values) else torch.cat(values)
             elif f.name in ("stage", *_TRANSIENT):
                 merged[f.name] = (
@@ -212,7 +247,9 @@ class TurnBatch:
         return directory
 
     @classmethod
-    def load(cls, directory: str | Path) -> TurnBatch:
+    def load(cls, directory: str | Path, frames_on_disk: bool = False) -> TurnBatch:
+        """Read a saved batch; with ``frames_on_disk`` the PNGs are decoded one at a time into
+        a :class:`FrameStore`, so a large batch never holds its frames in memory."""
         directory = Path(directory)
         path = directory / TABLE_FILE
         if not path.is_file():
@@ -225,11 +262,12 @@ class TurnBatch:
             "action_mask": torch.bool,
             "behaviour_logprobs": torch.float32,
         }
+        pngs = (np.asarray(Image.open(directory / p).convert("RGB")) for p in table["frame"])
         return cls(
             episode_ids=torch.tensor(table["episode_id"], dtype=torch.long),
             turn_index=torch.tensor(table["turn_index"], dtype=torch.long),
             levels=list(table["level"]),
-            frames=[np.asarray(Image.open(directory / p).convert("RGB")) for p in table["frame"]],
+            frames=store_frames(pngs) if frames_on_disk else list(pngs),
             rewards=torch.tensor(table["reward"], dtype=torch.float32),
             terminated=torch.tensor(table["terminated"], dtype=torch.bool),
             truncated=torch.tensor(table["truncated"], dtype=torch.bool),
