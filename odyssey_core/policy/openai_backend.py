@@ -15,7 +15,11 @@ What a remote answer can and cannot carry:
   log-probs locally with ``HFPolicy.score``.
 * ``Generation.prompt_ids`` / ``response_ids`` are empty for remote models, except when
   ``return_token_ids=True`` and the server supports that extension (``odyssey serve`` and
-  recent vLLM do: ``prompt_token_ids`` on the response, ``token_ids`` on each choice).
+  recent vLLM do: ``prompt_token_ids`` on the response, ``token_ids`` on each choice). With
+  ``tokens_as_ids=True`` (and ``logprobs=True``) vLLM also names each log-prob token
+  ``token_id:<id>`` (its ``return_tokens_as_token_ids``); the response ids are read from
+  there when a choice carries no ``token_ids``. RL rollouts go through
+  :class:`~odyssey_core.policy.weight_sync.RolloutPolicy`, which requires the ids.
 * Stop strings follow OpenAI semantics: the matched stop string is *not* part of the text
   (unlike ``HFPolicy``, which keeps it).
 
@@ -149,6 +153,7 @@ class OpenAIPolicy(PolicyBackend):
     attempt, in seconds. ``max_tokens_field`` names the length limit sent (some newer OpenAI
     models only accept ``max_completion_tokens``). ``extra_body`` is merged into every
     request (server-specific options). ``usage`` sums the token counts servers report.
+    ``return_token_ids`` / ``tokens_as_ids`` ask the server for the sampled ids (see above).
     """
 
     def __init__(
@@ -167,6 +172,7 @@ class OpenAIPolicy(PolicyBackend):
         retry: RetrySettings | None = None,
         logprobs: bool = False,
         return_token_ids: bool = False,
+        tokens_as_ids: bool = False,
         max_tokens_field: str = "max_tokens",
         extra_body: dict[str, Any] | None = None,
         client: Any = None,
@@ -187,6 +193,7 @@ class OpenAIPolicy(PolicyBackend):
         self.retry = retry or RetrySettings()
         self.logprobs = logprobs
         self.return_token_ids = return_token_ids
+        self.tokens_as_ids = tokens_as_ids
         self.max_tokens_field = max_tokens_field
         self.extra_body = dict(extra_body or {})
         self._sleep = sleep
@@ -265,6 +272,8 @@ class OpenAIPolicy(PolicyBackend):
             extra["stop_token_ids"] = list(params.stop_token_ids)
         if self.return_token_ids:
             extra["return_token_ids"] = True
+        if self.tokens_as_ids and self.logprobs:
+            extra["return_tokens_as_token_ids"] = True
         if extra:
             kwargs["extra_body"] = extra
         return kwargs
@@ -397,6 +406,8 @@ class OpenAIPolicy(PolicyBackend):
         extras_choice = getattr(choice, "model_extra", None) or {}
         prompt_ids = list(extras_response.get("prompt_token_ids") or [])
         response_ids = list(extras_choice.get("token_ids") or [])
+        if not response_ids and content:
+            response_ids = _ids_from_token_names([item.token for item in content])
         usage = getattr(response, "usage", None)
         usage_dict: dict[str, int] = {}
         if usage is not None:
@@ -423,6 +434,17 @@ class OpenAIPolicy(PolicyBackend):
                 "usage": usage_dict,
             },
         )
+
+
+def _ids_from_token_names(tokens: Sequence[str]) -> list[int]:
+    """The ids of vLLM's ``token_id:<id>`` log-prob tokens; [] unless every token is one."""
+    ids = []
+    for token in tokens:
+        prefix, sep, number = str(token).partition(":")
+        if prefix != "token_id" or not sep or not number.isdigit():
+            return []
+        ids.append(int(number))
+    return ids
 
 
 def _server_message(error: Any) -> str:

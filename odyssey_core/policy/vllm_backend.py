@@ -13,19 +13,40 @@ distribution, without temperature. The convention of :mod:`odyssey_core.policy.b
 ``log_softmax(logits / T)`` (``logprobs_mode="processed_logprobs"`` is the closest setting,
 though vLLM's processed values also include penalties and top-p), so trainers should
 recompute log-probs with ``HFPolicy.score`` rather than trust rollout values.
+
+Colocated with training (``colocate=True``, what ``rollout.backend: vllm`` builds): the engine
+runs in the trainer's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so tensors handed to
+``collective_rpc`` are passed by reference, not serialised) with sleep mode on and
+:class:`~odyssey_core.policy.weight_sync.VLLMWorkerExtension` mixed into its worker. Between
+rollout and update it sleeps (:meth:`VLLMPolicy.sleep`), and after each update the trainer's
+weights are loaded into it (:meth:`VLLMPolicy.load_weights`, vLLM's RLHF pattern), driven by
+:class:`~odyssey_core.policy.weight_sync.VLLMEngineTarget`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
 from odyssey_core.protocol import get_system_prompt
 
-__all__ = ["VLLM_INSTALL_HINT", "VLLMPolicy", "import_vllm", "sampling_kwargs"]
+__all__ = [
+    "VLLM_INSTALL_HINT",
+    "VLLM_WORKER_EXTENSION",
+    "VLLMPolicy",
+    "colocated_engine_kwargs",
+    "import_vllm",
+    "sampling_kwargs",
+]
+
+#: the worker extension ``colocate=True`` mixes into vLLM's worker (imported by qualified name)
+VLLM_WORKER_EXTENSION = "odyssey_core.policy.weight_sync.VLLMWorkerExtension"
 
 VLLM_INSTALL_HINT = (
     "the 'vllm' backend needs vLLM, which is not installed. On a machine with a CUDA GPU run "
@@ -42,8 +63,25 @@ def import_vllm() -> Any:
     return vllm
 
 
-def sampling_kwargs(params: GenerationParams, seed: int | None, logprobs: bool) -> dict[str, Any]:
-    """``vllm.SamplingParams`` keyword arguments for one batch item."""
+def colocated_engine_kwargs(engine_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``vllm.LLM`` arguments for an engine sharing the GPU with training: sleep mode, the
+    weight-loading worker extension and a modest memory share, under ``engine_kwargs``."""
+    return {
+        "enable_sleep_mode": True,
+        "worker_extension_cls": VLLM_WORKER_EXTENSION,
+        "gpu_memory_utilization": 0.3,
+        **(engine_kwargs or {}),
+    }
+
+
+def sampling_kwargs(
+    params: GenerationParams,
+    seed: int | None,
+    logprobs: bool,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keyword arguments for one batch item (``extra`` on top, e.g.
+    a ``logit_bias`` that keeps vision placeholders from being sampled)."""
     kwargs: dict[str, Any] = {
         "n": 1,
         "temperature": params.temperature,  # vLLM reads 0 as greedy, as we do
@@ -59,15 +97,18 @@ def sampling_kwargs(params: GenerationParams, seed: int | None, logprobs: bool) 
     }
     if logprobs:
         kwargs["logprobs"] = 0  # only the sampled token's log-prob
-    return kwargs
+    return {**kwargs, **(extra or {})}
 
 
 class VLLMPolicy(PolicyBackend):
     """Runs a local checkpoint on vLLM's offline engine.
 
-    ``model`` is a checkpoint folder (or an already built ``vllm.LLM``, e.g. shared with a
-    weight-sync loop). ``engine_kwargs`` go to ``vllm.LLM`` (``gpu_memory_utilization``,
-    ``max_model_len``, ``tensor_parallel_size``, ``logprobs_mode``, ...).
+    ``model`` is a checkpoint folder (or an already built ``vllm.LLM``). ``engine_kwargs`` go
+    to ``vllm.LLM`` (``gpu_memory_utilization``, ``max_model_len``, ``tensor_parallel_size``,
+    ``logprobs_mode``, ...). ``processor`` (the trainer's) renders the chat template, so the
+    prompt text is the one HFPolicy builds; without it the engine's tokenizer does.
+    ``colocate`` builds the engine for weight sync next to training (see the module doc).
+    ``sampling_extra`` is added to every ``SamplingParams``.
     """
 
     def __init__(
@@ -81,11 +122,21 @@ class VLLMPolicy(PolicyBackend):
         dtype: str = "auto",
         logprobs: bool = True,
         engine_kwargs: dict[str, Any] | None = None,
+        processor: Any = None,
+        colocate: bool = False,
+        sampling_extra: dict[str, Any] | None = None,
     ) -> None:
         vllm = import_vllm()
         self._vllm = vllm
+        if colocate:
+            # The engine core in this process: collective_rpc then hands tensors over as they
+            # are (a separate engine process would need them serialised).
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        self.in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
         if isinstance(model, str | Path):
-            settings = {"limit_mm_per_prompt": {"image": 1}, **(engine_kwargs or {})}
+            extra = colocated_engine_kwargs(engine_kwargs) if colocate else engine_kwargs or {}
+            settings = {"limit_mm_per_prompt": {"image": 1}, **extra}
+            dtype = settings.pop("dtype", dtype)  # engine_kwargs may name it too
             self.llm = vllm.LLM(model=str(model), dtype=dtype, **settings)
         else:
             self.llm = model
@@ -93,6 +144,9 @@ class VLLMPolicy(PolicyBackend):
         self.image_scale = image_scale
         self.image_size = image_size
         self.logprobs = logprobs
+        self.processor = processor
+        self.sampling_extra = dict(sampling_extra or {})
+        self.asleep: set[str] = set()  # the parts sleep released: "weights", "kv_cache"
 
     @property
     def tokenizer(self) -> Any:
@@ -103,9 +157,41 @@ class VLLMPolicy(PolicyBackend):
         return turn_messages(self.system_prompt, observation.text)
 
     def prompt_text(self, observation: Observation) -> str:
-        return self.tokenizer.apply_chat_template(
+        template = self.processor if self.processor is not None else self.tokenizer
+        return template.apply_chat_template(
             self.messages(observation), tokenize=False, add_generation_prompt=True
         )
+
+    # ----------------------------------------------------------------------------- weight sync
+    def sleep(self, level: int = 1) -> None:
+        """Free the GPU for training: level 1 moves the weights to CPU memory and drops the KV
+        cache; level 2 drops both (the next :meth:`load_weights` refills the weights)."""
+        if not self.asleep:
+            self.llm.sleep(level=level)
+            self.asleep = {"weights", "kv_cache"}
+
+    def wake_up(self, tags: Sequence[str] | None = None) -> None:
+        """Take back the GPU memory of ``tags`` (``"weights"``, ``"kv_cache"``; None: all)."""
+        wanted = set(tags) if tags is not None else set(self.asleep)
+        waking = sorted(wanted & self.asleep)
+        if waking:
+            self.llm.wake_up(tags=waking)
+            self.asleep -= set(waking)
+
+    def load_weights(
+        self, weights: Sequence[tuple[str, torch.Tensor]], *, checksum: bool = False
+    ) -> list[dict[str, list[Any]]]:
+        """Load named tensors (checkpoint names) into every worker through ``collective_rpc``
+        and the model's ``load_weights``; returns each worker's digests of what it loaded
+        (empty without ``checksum``). The engine's weights must be awake."""
+        if "weights" in self.asleep:
+            raise RuntimeError("wake the weights up (wake_up(['weights'])) before loading")
+        bucket = list(weights) if self.in_process else [(n, t.cpu()) for n, t in weights]
+        return list(self.llm.collective_rpc("odyssey_load_weights", args=(bucket, checksum)))
+
+    def reset_prefix_cache(self) -> None:
+        """Forget cached KV blocks: they were computed with the old weights."""
+        self.llm.reset_prefix_cache()
 
     def generate(
         self, observations: Sequence[Observation], params: GenerationParams | None = None
@@ -117,6 +203,7 @@ class VLLMPolicy(PolicyBackend):
         observations = list(observations)
         if not observations:
             return []
+        self.wake_up()  # a sleeping engine cannot generate
         texts = [self.prompt_text(obs) for obs in observations]
         prompts = [
             {
@@ -130,7 +217,10 @@ class VLLMPolicy(PolicyBackend):
         sampling = [
             self._vllm.SamplingParams(
                 **sampling_kwargs(
-                    params, None if params.seed is None else params.seed + i, self.logprobs
+                    params,
+                    None if params.seed is None else params.seed + i,
+                    self.logprobs,
+                    self.sampling_extra,
                 )
             )
             for i in range(len(prompts))

@@ -30,6 +30,15 @@ Stop strings follow OpenAI semantics: the text ends before the matched stop stri
 token ids and log-probs still cover every sampled token). vLLM-style extensions accepted in
 the body: ``repetition_penalty``, ``stop_token_ids`` and ``return_token_ids`` (adds
 ``prompt_token_ids`` to the response and ``token_ids`` to each choice).
+
+Weight sync for RL (``rollout.backend: openai`` with ``server: odyssey``, see
+:mod:`odyssey_core.policy.weight_sync`): ``POST /v1/weights/reload`` with
+``{"path": <a safetensors folder>, "checksum": true}`` copies those weights into the served
+model (every name and shape checked first; it runs on the generation thread, between
+batches, so no answer mixes old and new weights) and answers with the new weights'
+checksum; ``GET /v1/weights/checksum`` reports the checksum of the weights served now. Both
+are ``/v1`` routes, so they need the key when one is set; ``weights_root`` limits the
+folders a reload may read.
 """
 
 from __future__ import annotations
@@ -40,16 +49,22 @@ import binascii
 import contextlib
 import hmac
 import io
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
 
+import httpx
 import torch
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -60,15 +75,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from odyssey_core.policy.base import Generation, GenerationParams
 from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.policy.weight_sync import export_weights, load_weights_into, weights_checksum
 from odyssey_core.serve import InsecureBindError, check_bind_security, is_loopback
 
 __all__ = [
     "ChatHFPolicy",
     "ChatItem",
     "InsecureBindError",
+    "ServerProcess",
     "ServerThread",
     "check_bind_security",
     "create_app",
+    "free_port",
     "is_loopback",
     "messages_to_chat",
 ]
@@ -158,6 +176,11 @@ class ChatCompletionRequest(_Lenient):
     repetition_penalty: float = Field(default=1.0, ge=0.01, le=100.0, allow_inf_nan=False)
     stop_token_ids: list[TokenId] | None = None
     return_token_ids: bool = False
+
+
+class WeightReloadRequest(_Lenient):
+    path: str = Field(min_length=1, description="a folder of safetensors files on this machine")
+    checksum: bool = Field(default=True, description="answer with the new weights' checksum")
 
 
 # ---------------------------------------------------------------------------------- prompts
@@ -333,6 +356,7 @@ class _Job:
 
 
 BATCH_HISTORY = 10_000  # batch sizes kept for inspection (tests); /metrics counts them all
+T = TypeVar("T")
 
 
 class Batcher:
@@ -371,6 +395,10 @@ class Batcher:
         self.requests += 1
         await self._queue.put(_Job(items, params, future))
         return await future
+
+    async def run_exclusive(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the generation thread, between two batches (weight reloads)."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
     async def _collect(self) -> list[_Job]:
         assert self._queue is not None
@@ -482,6 +510,7 @@ def create_app(
     batch_wait_ms: float = 10.0,
     default_max_tokens: int = 256,
     max_tokens_limit: int = 4096,
+    weights_root: str | Path | None = None,
 ) -> FastAPI:
     """The FastAPI app serving ``policy`` as ``model_name``.
 
@@ -490,6 +519,8 @@ def create_app(
     :class:`Batcher` (its ``batch_sizes`` record the latest batched policy calls).
     ``max_tokens_limit`` caps ``max_tokens`` / ``max_completion_tokens`` (a larger request is
     refused with 400), so no request can hold the generation thread for ever.
+    ``weights_root`` (None: anywhere) is the folder under which ``/v1/weights/reload`` may
+    read weights.
     """
     if not 1 <= default_max_tokens <= max_tokens_limit:
         raise ValueError("need 1 <= default_max_tokens <= max_tokens_limit")
@@ -508,6 +539,8 @@ def create_app(
     app = FastAPI(title="Odyssey policy server", lifespan=lifespan)
     app.state.batcher = batcher
     app.state.model_name = model_name
+    app.state.weights_version = 0  # reloads so far
+    root = None if weights_root is None else Path(weights_root).resolve()
 
     def key_error(request: Request) -> APIError | None:
         if not api_key:
@@ -587,6 +620,37 @@ def create_app(
     @app.get("/metrics", dependencies=[Depends(require_key)])
     async def metrics() -> dict[str, Any]:
         return batcher.stats()
+
+    def checksum_body() -> dict[str, Any]:
+        checksum = weights_checksum(export_weights(policy.model))
+        return {"checksum": checksum.as_dict(), "version": app.state.weights_version}
+
+    @app.get("/v1/weights/checksum", dependencies=[Depends(require_key)])
+    async def get_weights_checksum() -> dict[str, Any]:
+        return await batcher.run_exclusive(checksum_body)
+
+    @app.post("/v1/weights/reload", dependencies=[Depends(require_key)])
+    async def reload_weights(request: WeightReloadRequest) -> dict[str, Any]:
+        try:
+            folder = Path(request.path).resolve()
+            is_folder = folder.is_dir()
+        except (ValueError, OSError) as error:  # e.g. a NUL byte in the path
+            raise APIError(400, f"unusable path: {error}", param="path") from None
+        if root is not None and not folder.is_relative_to(root):
+            raise APIError(403, f"weights may only be loaded from under {root}", param="path")
+        if not is_folder:
+            raise APIError(400, f"no folder at {request.path!r}", param="path")
+
+        def load() -> dict[str, Any]:
+            tensors = load_weights_into(policy.model, folder)
+            app.state.weights_version += 1
+            body = checksum_body() if request.checksum else {"checksum": None}
+            return {"loaded": tensors, "version": app.state.weights_version, **body}
+
+        try:
+            return await batcher.run_exclusive(load)
+        except (ValueError, OSError) as error:  # names/shapes differ, unreadable files
+            raise APIError(400, f"could not load {folder}: {error}", param="path") from None
 
     @app.post("/v1/chat/completions", dependencies=[Depends(require_key)])
     async def chat_completions(request: ChatCompletionRequest) -> dict[str, Any]:
@@ -697,6 +761,90 @@ class ServerThread:
         self._socket.close()
 
     def __enter__(self) -> ServerThread:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (another process may still take it)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """A model server as a child process (``odyssey serve``, ``vllm serve``): started in its
+    own session with its output in ``log``, ready once ``GET <url>/health`` answers 200, and
+    stopped by its process group id (SIGTERM, then SIGKILL). Use as a context manager."""
+
+    def __init__(
+        self, command: Sequence[str], url: str, log: str | Path, *, env: dict | None = None
+    ) -> None:
+        self.command, self.url, self.log = list(command), url.rstrip("/"), Path(log)
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def odyssey(
+        cls,
+        checkpoint: str | Path,
+        log: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        args: Sequence[str] = (),
+    ) -> ServerProcess:
+        """``odyssey serve checkpoint`` from this Python environment on ``host:port``."""
+        port = port or free_port(host)
+        odyssey = Path(sys.executable).with_name("odyssey")
+        command = [str(odyssey), "serve", str(checkpoint), "--host", host, "--port", str(port)]
+        return cls([*command, *args], f"http://{host}:{port}", log)
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI API root."""
+        return self.url + "/v1"
+
+    def start(self, timeout: float = 120.0) -> ServerProcess:
+        with self.log.open("wb") as out:  # the child keeps its own copy of the file
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self.env,
+            )
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.command[0]} exited early:\n{self._tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    return self
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"{self.command[0]} did not start in {timeout}s:\n{self._tail()}"
+                )
+            time.sleep(0.2)
+
+    def _tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.is_file() else ""
+
+    def stop(self, timeout: float = 20.0) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGTERM)  # its own session: the group is its own
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=timeout)
+
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
