@@ -1,16 +1,28 @@
-"""The ``odyssey`` command."""
+"""The ``odyssey`` command.
+
+``odyssey train`` and ``odyssey sft`` run as one process, or as every process of a
+distributed launcher: ``torchrun`` (which sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) or
+``deepspeed`` (which also passes ``--local_rank N``, accepted before or after the command
+name). Under a launcher each process joins the process group before it builds anything, so
+that its model lands on its own device.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from odyssey_core.envs.pyboy.rom import RomError
+from odyssey_core.launch import local_rank_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@local_rank_option
 def main() -> None:
     """Odyssey: train VLM agents with RL on long-horizon visual tasks."""
 
@@ -59,18 +71,26 @@ def play_command(
     preset: str,
     rom_path: Path | None,
 ) -> None:
-    """Play one episode of ENV_NAME (e.g. odland-1-1) and optionally write a video."""
+    """Play one episode of ENV_NAME (e.g. odland-1-1, persona-hotel) and optionally write a
+    video; on a persona app the expert is the demonstrator, driving the app live."""
     from odyssey_core.agents import make_agent
     from odyssey_core.config import load_config
     from odyssey_core.envs import make_env
     from odyssey_core.eval.episode import play_episode
 
-    config = load_config(preset)
-    overrides: dict = {"config": config.env}
-    if max_turns is not None:
-        overrides["max_turns"] = max_turns
-    if rom_path is not None:
-        overrides["rom_path"] = rom_path
+    overrides: dict = {}
+    if env_name.startswith("persona"):  # the app driven live by the agent's own actions
+        overrides["mode"] = "online"
+        if max_turns is not None:
+            overrides["max_steps"] = max_turns
+        if agent_name == "expert":  # the demonstrator plays it
+            agent_name = "persona-expert"
+    elif not env_name.startswith(("cards-", "alfworld")):  # a Game Boy level
+        overrides["config"] = load_config(preset).env
+        if max_turns is not None:
+            overrides["max_turns"] = max_turns
+        if rom_path is not None:
+            overrides["rom_path"] = rom_path
     try:
         env = make_env(env_name, **overrides)
     except (RomError, ValueError, KeyError) as err:
@@ -85,12 +105,115 @@ def play_command(
         click.echo(f"video: {result.video}")
 
 
+#: the recipes ``odyssey train --recipe`` trains
+TRAIN_RECIPES = ("odysseus", "gtr")
+#: what each step's stdout line shows
+_ECHO_KEYS = (
+    "all/progress_mean",
+    "rollout/episode_return",
+    "critic/explained_variance",
+    "actor/pg_loss",
+    "time/step_s",
+)
+
+
+@main.command("train")
+@click.option(
+    "--recipe",
+    type=click.Choice(TRAIN_RECIPES),
+    default="odysseus",
+    show_default=True,
+    help="which recipe's preset and trainer",
+)
+@click.option(
+    "--preset",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="preset YAML (may `inherit:` another); default configs/<recipe>/tiny.yaml",
+)
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path))
+@click.option("--resume", is_flag=True, help="continue from <out>/checkpoints/latest")
+@click.option("--steps", type=int, default=None, help="total training steps (default: preset's)")
+@click.option("--seed", type=int, default=None, help="override the preset's seed")
+@click.option("--threads", type=int, default=None, help="torch intra-op threads (CPU runs)")
+@local_rank_option
+def train_command(
+    recipe: str,
+    preset: Path | None,
+    out_dir: Path,
+    resume: bool,
+    steps: int | None,
+    seed: int | None,
+    threads: int | None,
+) -> None:
+    """Train a policy with a recipe's RL trainer; one JSON line per step goes to stdout (rank
+    0). Under a launcher every process runs this same command."""
+    import torch
+
+    from odyssey_core.config import config_dir
+    from odyssey_core.rl.distributed import (
+        barrier,
+        join_launched_world,
+        leave_process_group,
+        rank_device,
+    )
+    from odyssey_core.rl.policy import resolve_base_model
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    load_settings, build_trainer = _recipe(recipe)
+    overrides: dict[str, Any] = {}
+    if recipe == "odysseus":
+        overrides["out_dir"] = str(out_dir)
+    if seed is not None:
+        overrides["seed"] = seed
+    if steps is not None:
+        overrides["steps"] = steps
+    try:
+        settings = load_settings(preset or config_dir() / recipe / "tiny.yaml", overrides)
+    except (FileNotFoundError, ValueError) as err:
+        raise click.ClickException(str(err)) from None
+    world = join_launched_world(rank_device(settings.model.device))
+    device = rank_device(settings.model.device, world)
+    settings = settings.model_copy(
+        update={"model": settings.model.model_copy(update={"device": device})}
+    )
+    if world.is_main:  # `model.path: null` builds the tiny model once, before any rank reads it
+        resolve_base_model(settings.model, out_dir)
+    barrier()
+
+    def echo(step: int, metrics: dict[str, float]) -> None:
+        shown = {k: metrics[k] for k in _ECHO_KEYS if k in metrics}
+        click.echo(json.dumps({"step": step, **shown}))
+
+    trainer = build_trainer(settings, out_dir, resume=resume, callbacks=[echo])
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+    leave_process_group()
+
+
+def _recipe(name: str) -> tuple[Any, Any]:
+    """A recipe's settings loader and ``build_trainer``."""
+    if name == "gtr":
+        from odyssey_core.recipes.gtr.settings import load_gtr_settings
+        from odyssey_core.recipes.gtr.train import build_trainer as build_gtr
+
+        return load_gtr_settings, build_gtr
+    from odyssey_core.recipes.odysseus.settings import load_train_settings
+    from odyssey_core.recipes.odysseus.train import build_trainer as build_odysseus
+
+    return load_train_settings, build_odysseus
+
+
 def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
     from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
     from odyssey_core.models.cli import model_group
-    from odyssey_core.recipes.odysseus.cli import train_command
+    from odyssey_core.recipes.espo.cli import espo_group
     from odyssey_core.registry.cli import registry_group
     from odyssey_core.serve.cli import serve_command
     from odyssey_core.sft.cli import sft_command
@@ -102,7 +225,7 @@ def _attach_groups() -> None:
     main.add_command(curate_group, "curate")
     main.add_command(sft_command, "sft")
     main.add_command(registry_group, "registry")
-    main.add_command(train_command, "train")
+    main.add_command(espo_group, "espo")
 
 
 _attach_groups()

@@ -90,7 +90,8 @@ def _chain(exc: BaseException) -> list[BaseException]:
 
 def is_transient_error(exc: BaseException) -> bool:
     """Worth retrying: network errors, S3 5xx/throttling, the openai backend's retryable
-    statuses (it already retried; a later attempt may still succeed). Checks the cause chain."""
+    statuses (it already retried; a later attempt may still succeed), a training launcher
+    whose rank was killed by a signal. Checks the cause chain."""
     for err in _chain(exc):
         if isinstance(err, ConnectionError | TimeoutError):
             return True
@@ -109,8 +110,13 @@ def is_transient_error(exc: BaseException) -> bool:
             status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
             if code in _TRANSIENT_CODES or (isinstance(status, int) and status >= 500):
                 return True
+        from odyssey_core.launch import LaunchError
         from odyssey_core.policy.openai_backend import OpenAIBackendError
 
+        # a rank killed by a signal (preemption, the OOM killer) may well succeed on a retry,
+        # which resumes from the last complete checkpoint; a rank's own error exits non-zero
+        if isinstance(err, LaunchError) and err.exitcode < 0:
+            return True
         if isinstance(err, OpenAIBackendError):
             status = err.status_code
             # None: connection/timeout errors that used up the backend's own retries

@@ -3,15 +3,27 @@
 A checkpoint folder holds
 
     policy/             the model (``save_pretrained`` safetensors) or only its LoRA adapter,
-                        and the processor, so the folder loads like any checkpoint
-    trainer_state.pt    critic, optimiser(s), RNG states, curriculum, counters (loadable with
-                        ``torch.load(weights_only=True)``: tensors, numbers, strings, containers)
+                        and the processor, so the folder loads like any checkpoint; written by
+                        rank 0, the one consolidated model a pipeline publishes
+    trainer_state.pt    rank 0's trainer state: critic, optimiser(s), RNG states, curriculum,
+                        counters (loadable with ``torch.load(weights_only=True)``: tensors,
+                        numbers, strings, containers)
+    trainer_state.rank-00001.pt, ...
+                        the trainer state of every other rank (its RNG streams, generator,
+                        hooks, optimiser), when several ranks trained
+    deepspeed/          DeepSpeed's own checkpoint (every rank's optimiser partition), for a
+                        DeepSpeed run
     config.json         the run's settings
 
 Why it is crash-safe: everything is written into ``.tmp-step-XXXXXX`` and renamed to its final
 name only when complete, and ``latest`` (the name of the newest complete folder) is replaced
-atomically after that. A run killed at any instant leaves ``latest`` naming a complete
-checkpoint; half-written ``.tmp-*`` folders are ignored and removed on the next save.
+atomically after that. With several ranks, rank 0 writes its own ``trainer_state.pt`` last,
+after a barrier and after checking that every other rank's shard is there: a folder that has
+it is complete. A run killed at any instant leaves ``latest`` naming a complete checkpoint;
+half-written ``.tmp-*`` folders are ignored and removed on the next save.
+
+Every file is read back with ``weights_only=True``; DeepSpeed's own files too, through
+:class:`WeightsOnlyCheckpointEngine`, with exactly the four types DeepSpeed stores allowed.
 """
 
 from __future__ import annotations
@@ -36,16 +48,20 @@ from odyssey_core.common.checkpointing import (
     point_latest,
     restore_rng_state,
 )
+from odyssey_core.rl.distributed import World, barrier
 
 __all__ = [
     "CHECKPOINTS_DIR",
     "CheckpointWriteError",
+    "WeightsOnlyCheckpointEngine",
     "capture_rng_state",
     "checkpoint_name",
     "latest_checkpoint",
     "load_trainer_state",
+    "load_weights_only",
     "restore_rng_state",
     "save_checkpoint",
+    "shard_file",
 ]
 
 POLICY_DIR = "policy"
@@ -54,6 +70,16 @@ CONFIG_FILE = "config.json"
 
 
 # -- save / find / load ---------------------------------------------------------------------------
+
+
+def shard_file(rank: int) -> str:
+    """The trainer-state file of ``rank`` in a checkpoint folder (rank 0's is the marker)."""
+    return STATE_FILE if rank == 0 else f"{Path(STATE_FILE).stem}.rank-{rank:05d}.pt"
+
+
+def _write_state(state: dict[str, Any], path: Path) -> None:
+    with open(path, "wb") as handle:  # a file object: a failed write
+        torch.save(state, handle)  # keeps its OSError (ENOSPC) as the context
 
 
 def save_checkpoint(
@@ -65,41 +91,61 @@ def save_checkpoint(
     trainer_state: dict[str, Any],
     config: dict[str, Any],
     extra_writer: Any = None,
+    world: World | None = None,
 ) -> Path:
     """Write checkpoint ``step`` atomically and point ``latest`` at it; returns its folder.
 
     ``model`` is saved with its own ``save_pretrained`` (a PEFT model writes only its adapter).
-    ``extra_writer(folder)``, if given, writes more files (e.g. DeepSpeed's optimiser shards).
+    ``extra_writer(folder)``, if given, writes more files (e.g. DeepSpeed's optimiser shards);
+    with several ranks it runs on every rank. With several ranks (``world``) every rank calls
+    this with its own ``trainer_state``, and the folders of all ranks must be one shared
+    file system; rank 0 writes the model and publishes the folder.
     """
+    world = world or World()
     root = Path(out_dir) / CHECKPOINTS_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp-*"):  # leftovers of a run killed mid-save
-        shutil.rmtree(stale, ignore_errors=True)
     final = root / checkpoint_name(step)
     tmp = root / f".tmp-{checkpoint_name(step)}"
+    if world.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        for stale in root.glob(".tmp-*"):  # leftovers of a run killed mid-save
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp.mkdir()
+    barrier()  # the staging folder exists for everyone
     try:
-        model.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
-        processor.save_pretrained(tmp / POLICY_DIR)
-        with open(tmp / STATE_FILE, "wb") as handle:  # a file object: a failed write
-            torch.save(trainer_state, handle)  # keeps its OSError (ENOSPC) as the context
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2, sort_keys=True, default=str))
+        if not world.is_main:
+            _write_state(trainer_state, tmp / shard_file(world.rank))
         if extra_writer is not None:
             extra_writer(tmp)
+        if world.is_main:
+            model.save_pretrained(tmp / POLICY_DIR, safe_serialization=True)
+            processor.save_pretrained(tmp / POLICY_DIR)
+            (tmp / CONFIG_FILE).write_text(
+                json.dumps(config, indent=2, sort_keys=True, default=str)
+            )
+        barrier()  # every rank's shard is written
+        if world.is_main:
+            missing = [r for r in range(1, world.size) if not (tmp / shard_file(r)).is_file()]
+            if missing:
+                raise RuntimeError(f"{final.name}: no trainer state from ranks {missing}")
+            _write_state(trainer_state, tmp / STATE_FILE)  # last: the folder is complete
     except Exception as error:  # full disk, quota, ...: drop the partial folder, say what to do
-        shutil.rmtree(tmp, ignore_errors=True)
+        if world.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
         cause = _os_error_in(error)
         if cause is None:
             raise
         raise checkpoint_write_error(cause, out_dir, f"checkpoint {final.name}") from error
-    if final.exists():  # a re-run of the same step after a resume overwrites it
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    try:
-        point_latest(out_dir, final)
-    except OSError as error:  # the folder is complete; latest_checkpoint still finds it
-        raise checkpoint_write_error(
-            error, out_dir, f"the 'latest' pointer to {final.name}"
-        ) from error
+    if world.is_main:
+        if final.exists():  # a re-run of the same step after a resume overwrites it
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        try:
+            point_latest(out_dir, final)
+        except OSError as error:  # the folder is complete; latest_checkpoint still finds it
+            raise checkpoint_write_error(
+                error, out_dir, f"the 'latest' pointer to {final.name}"
+            ) from error
+    barrier()  # the checkpoint is published when any rank returns
     return final
 
 
@@ -138,11 +184,38 @@ def deepspeed_state_types() -> list[type]:
     return [getattr(importlib.import_module(m), name) for m, name in _DEEPSPEED_STATE_TYPES]
 
 
-def load_trainer_state(checkpoint: str | Path) -> dict[str, Any]:
-    """The ``trainer_state.pt`` of a checkpoint, read with ``weights_only=True``: tensors,
-    numbers, strings, containers, and exactly the types DeepSpeed's ZeRO optimiser stores."""
+def load_weights_only(path: str | Path, map_location: Any = "cpu") -> Any:
+    """``torch.load(weights_only=True)``: tensors, numbers, strings, containers, and exactly
+    the types DeepSpeed's ZeRO optimiser stores; never any other pickled object."""
     with torch.serialization.safe_globals(deepspeed_state_types()):
-        return torch.load(Path(checkpoint) / STATE_FILE, weights_only=True, map_location="cpu")
+        return torch.load(Path(path), weights_only=True, map_location=map_location)
+
+
+def load_trainer_state(checkpoint: str | Path, rank: int = 0) -> dict[str, Any]:
+    """The trainer state ``rank`` wrote into a checkpoint (rank 0: ``trainer_state.pt``),
+    read with :func:`load_weights_only`."""
+    path = Path(checkpoint) / shard_file(rank)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{checkpoint} has no trainer state for rank {rank} ({path.name}): it was written "
+            "by fewer ranks; resume with the number of processes that wrote it"
+        )
+    return load_weights_only(path)
+
+
+class WeightsOnlyCheckpointEngine:
+    """DeepSpeed's checkpoint engine with a safe ``load``: the files DeepSpeed's own
+    ``load_checkpoint`` reads go through :func:`load_weights_only` instead of an unrestricted
+    unpickle. Everything else is the wrapped engine's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def load(self, path: str, map_location: Any = None) -> Any:
+        return load_weights_only(path, map_location)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 def policy_dir(checkpoint: str | Path) -> Path:

@@ -28,6 +28,26 @@ One training step:
 
 Everything random is seeded from ``seed`` and saved in checkpoints (hooks included), so a
 resumed run continues bit-for-bit like an uninterrupted one (CPU, float32).
+
+Under a launcher (``torchrun``, ``deepspeed``) every rank runs this loop on its own envs, and
+the step is one step of the whole world (:mod:`odyssey_core.rl.distributed`):
+
+- rollout: the step's budget is split with :func:`rank_budget` (``n // ranks`` episodes or
+  turns each, the first ``n % ranks`` ranks one more; rank r plays the starts
+  ``[first_r, first_r + count_r)`` of the hooks' plan) and rank r collects with
+  ``rank_seed(collection_seed(seed, step), r)``; rank 0 keeps the one-process seed;
+- advantages: every rank's turn-level scalars are gathered and the estimator runs on their
+  union, so its batch-wide statistics are those of the whole step; each rank keeps its slice;
+- value fit: each rank fits its value network on its own turns, then the networks (and their
+  optimiser states) are averaged over ranks, so every rank predicts with the same one;
+- policy: minibatches are drawn over the union's turns (the same draw on every rank, one
+  generator with one seed), each rank backpropagates its own turns of the minibatch, weighted
+  by their share of the minibatch's units over all ranks, and the updater averages the
+  gradients (times the number of ranks: the sum of every rank's share) before it clips;
+- metrics are means over ranks; rank 0 alone writes them and calls callbacks;
+- ``on_batch`` sees the rank's own batch, ``on_step_end`` the union (the curriculum updates
+  from every rank's episodes, so its weights stay the same everywhere);
+- checkpoints: rank 0 writes the consolidated policy, every rank its own trainer state.
 """
 
 from __future__ import annotations
@@ -37,7 +57,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,12 +73,26 @@ from odyssey_core.rl.checkpoint import (
     save_checkpoint,
 )
 from odyssey_core.rl.critic import explained_variance
+from odyssey_core.rl.distributed import (
+    GatheredTurns,
+    World,
+    average_state,
+    barrier,
+    gather_turns,
+    join_launched_world,
+    max_over_ranks,
+    mean_over_ranks,
+    rank_seed,
+    split_evenly,
+    sum_over_ranks,
+)
 from odyssey_core.rl.losses import select_nonzero_advantage_turns
 from odyssey_core.rl.objectives import OBJECTIVES, ObjectiveSettings, ScoredTurns
 from odyssey_core.rl.samplers import SAMPLERS
 from odyssey_core.rl.updater import PlainUpdater
 from odyssey_core.rollout.batch import TurnBatch
-from odyssey_core.rollout.collector import Budget, Collector, Starts
+from odyssey_core.rollout.collector import Budget, Collector, EpisodeBudget, Starts, TurnBudget
+from odyssey_core.rollout.frames import take_frames
 
 __all__ = [
     "METRICS_FILE",
@@ -68,6 +102,7 @@ __all__ = [
     "TrainerConfig",
     "TrainerHook",
     "collection_seed",
+    "rank_budget",
 ]
 
 log = logging.getLogger(__name__)
@@ -82,6 +117,38 @@ def collection_seed(run_seed: int, step: int) -> int:
     """The rollout seed of training step ``step``: a pure function, so a resume needs only
     the step counter to replay the same env seeds and sampling seeds."""
     return int(np.random.SeedSequence([run_seed % 2**32, step, 0x0D]).generate_state(1)[0])
+
+
+def rank_budget(budget: Budget, starts: Starts, world: World) -> tuple[Budget, Starts]:
+    """This rank's share of a step's budget and the starts of its episodes.
+
+    ``n`` episodes (or turns) over ``W`` ranks: ``n // W`` each, the first ``n % W`` ranks one
+    more (a turn budget is then rounded up to whole rounds of the rank's envs). With an
+    episode budget, rank r plays episodes ``[first_r, first_r + count_r)`` of the plan: that
+    slice of a list of starts, or ``starts(first_r + k)`` for its k-th episode. A turn budget
+    keeps the starts as they are (each rank cycles through them). A world of one gets the
+    budget and starts back unchanged.
+    """
+    if world.size == 1:
+        return budget, starts
+    total = budget.episodes if isinstance(budget, EpisodeBudget) else budget.turns
+    first, count = split_evenly(total, world)
+    if count == 0:
+        raise ValueError(
+            f"a step budget of {total} cannot be split over {world.size} ranks: every rank "
+            "needs at least one episode (or turn); raise the budget or use fewer processes"
+        )
+    if isinstance(budget, TurnBudget):
+        return TurnBudget(count), starts
+    if starts is None:
+        return EpisodeBudget(count), None
+    if callable(starts):
+        plan = starts
+        return EpisodeBudget(count), lambda k: plan(first + k)
+    listed = list(starts)
+    if len(listed) != total:
+        raise ValueError(f"got {len(listed)} episode starts for {total} episodes")
+    return EpisodeBudget(count), listed[first : first + count]
 
 
 def _chunks(index: torch.Tensor, size: int) -> Iterator[torch.Tensor]:
@@ -181,11 +248,19 @@ class Trainer:
         names = [h.name for h in self.hooks]
         if len(set(names)) != len(names):
             raise ValueError(f"hook names must be distinct, got {names}")
-        self.callbacks = list(callbacks)
+        device = torch.device(getattr(policy, "device", "cpu"))
+        self.world = join_launched_world(device)
+        if self.world.size > 1 and device.type == "cuda" and device.index != self.world.local_rank:
+            raise ValueError(
+                f"rank {self.world.rank} holds its policy on {device}, not on its own GPU "
+                f"cuda:{self.world.local_rank}: join the process group "
+                "(odyssey_core.rl.distributed.init_process_group) before building the policy"
+            )
+        self.callbacks = list(callbacks)  # called on rank 0 only
         self.reference = reference  # log pi_ref for a KL penalty
         self.generator = torch.Generator().manual_seed(config.seed)  # minibatch shuffling
         self.step = 0  # training steps completed
-        self.turn_samples = 0  # turns collected by the completed steps
+        self.turn_samples = 0  # turns collected by the completed steps, on all ranks
 
     def hook(self, name: str) -> TrainerHook:
         for hook in self.hooks:
@@ -196,20 +271,18 @@ class Trainer:
     # -- one training step ----------------------------------------------------------------------
 
     def train_step(self) -> dict[str, float]:
-        c, step = self.config, self.step
+        c, step, world = self.config, self.step, self.world
         timing: dict[str, float] = {}
         started = time.perf_counter()
 
         starts = None
         for hook in self.hooks:
             starts = hook.episode_starts(self) or starts
-        batch, rollout = self.collector.collect(
-            c.budget, seed=collection_seed(c.seed, step), starts=starts
-        )
+        budget, starts = rank_budget(c.budget, starts, world)
+        seed = rank_seed(collection_seed(c.seed, step), world.rank)
+        batch, rollout = self.collector.collect(budget, seed=seed, starts=starts)
         timing["rollout_s"] = time.perf_counter() - started
-        self.turn_samples += len(batch)
         metrics: dict[str, float] = {"step": float(step + 1)}
-        metrics["rollout/turn_samples_total"] = float(self.turn_samples)
         metrics.update(rollout.as_dict())
         for hook in self.hooks:
             metrics.update(hook.on_batch(self, batch))
@@ -222,26 +295,39 @@ class Trainer:
             )
         timing["critic_predict_s"] = time.perf_counter() - t0
         batch = batch.with_fields(values=values, bootstrap_values=bootstrap)
-        advantages, returns = self.estimator(batch, c.advantage)
-        batch = batch.with_fields(advantages=advantages, returns=returns)
+        union = gather_turns(batch)  # every rank's turns (in a world of one: this batch)
+        self.turn_samples += len(union.batch)
+        metrics["rollout/turn_samples_total"] = float(self.turn_samples)
+        advantages, returns = self.estimator(union.batch, c.advantage)
+        union = replace(
+            union, batch=union.batch.with_fields(advantages=advantages, returns=returns)
+        )
+        batch = batch.with_fields(advantages=union.local(advantages), returns=union.local(returns))
         if values is not None:  # how well the value function knew this batch before fitting
-            metrics["critic/explained_variance_pre"] = explained_variance(values, returns)
+            union_values = union.batch.values
+            assert union_values is not None
+            metrics["critic/explained_variance_pre"] = explained_variance(union_values, returns)
         metrics["adv/mean"] = float(advantages.mean())
         metrics["adv/std"] = float(advantages.std(correction=0))
         metrics["adv/nonzero_frac"] = float((advantages != 0).float().mean())
 
         t0 = time.perf_counter()
         if self.value_function is not None:
-            metrics.update(self.value_function.fit(batch, returns))
+            metrics.update(self.value_function.fit(batch, batch.returns))
+            if world.size > 1 and not self.value_function.in_graph:
+                # each rank fitted on its own turns: average the networks (and their
+                # optimiser states) so that every rank predicts with the same one
+                state = average_state(self.value_function.state_dict())
+                self.value_function.load_state_dict(state)
         timing["critic_train_s"] = time.perf_counter() - t0
 
         may_update = self.value_function is None or self.value_function.actor_may_update(step)
         metrics["actor/updated"] = float(may_update)
         if may_update:
-            metrics.update(self._policy_update(batch, timing))
+            metrics.update(self._policy_update(batch, union, timing))
 
         for hook in self.hooks:
-            metrics.update(hook.on_step_end(self, batch))
+            metrics.update(hook.on_step_end(self, union.batch))
         metrics["actor/lr"] = self.updater.lr
         self.updater.end_of_step()
 
@@ -251,7 +337,7 @@ class Trainer:
         timing["step_s"] = time.perf_counter() - started
         metrics.update({f"time/{k}": v for k, v in timing.items()})
         self.step += 1
-        return metrics
+        return mean_over_ranks(metrics)
 
     # -- the policy update ----------------------------------------------------------------------
 
@@ -261,25 +347,36 @@ class Trainer:
         return self.policy.score(
             [turns.prompt_ids[i] for i in rows],
             [turns.response_ids[i] for i in rows],
-            [turns.frames[i] for i in rows],
+            take_frames(turns.frames, rows),  # frames on disk are read as they are scored
             self.config.temperature,
             self.config.score_micro_batch,
             **({} if entropies is None else {"entropies": entropies}),
         )
 
-    def _policy_update(self, batch: TurnBatch, timing: dict[str, float]) -> dict[str, float]:
-        c = self.config
-        assert batch.advantages is not None and batch.returns is not None
-        has_tokens = torch.tensor([r.numel() > 0 for r in batch.response_ids], dtype=torch.bool)
+    def _policy_update(
+        self, batch: TurnBatch, union: GatheredTurns, timing: dict[str, float]
+    ) -> dict[str, float]:
+        """Epochs of minibatches over the union's kept turns; this rank backpropagates its own
+        turns of each minibatch (``batch``: this rank's turns, with their advantages)."""
+        c, world = self.config, self.world
+        advantages = union.batch.advantages
+        assert advantages is not None and batch.advantages is not None
+        lengths = union.response_lengths
+        has_tokens = lengths > 0
         if c.skip_zero_advantage:
-            kept = select_nonzero_advantage_turns(batch.advantages)
+            kept = select_nonzero_advantage_turns(advantages)
             kept = kept[has_tokens[kept]]
         else:
             kept = torch.nonzero(has_tokens, as_tuple=False).flatten()
-        metrics = {"actor/skipped_turn_frac": 1.0 - kept.numel() / max(1, len(batch))}
+        metrics = {"actor/skipped_turn_frac": 1.0 - kept.numel() / max(1, len(union.batch))}
         if kept.numel() == 0:
             return metrics
-        turns = batch.select(kept)
+        # this rank's kept turns, in the union's order; position_of[j]: where kept[j] is in
+        # ``turns`` (-1: another rank's turn)
+        mine = (kept >= union.offset) & (kept < union.offset + union.size)
+        turns = batch.select(kept[mine] - union.offset)
+        position_of = torch.full((kept.numel(),), -1, dtype=torch.long)
+        position_of[mine] = torch.arange(int(mine.sum()))
         everything = list(range(len(turns)))
 
         # Old log-probs: the current weights, before any update of this step (recomputed
@@ -287,7 +384,7 @@ class Trainer:
         t0 = time.perf_counter()
         old: list[torch.Tensor] = []
         ref = None
-        if c.policy_loss:
+        if c.policy_loss and everything:
             with torch.no_grad():
                 old = [o.detach().float().cpu() for o in self._score(turns, everything)]
                 ref = self.reference(turns) if self.reference is not None else None
@@ -302,28 +399,38 @@ class Trainer:
         weights: dict[str, float] = {}
         grad_norms: list[float] = []
         units_seen = 0
+        kept_lengths = lengths[kept]
         # a sampler's unit: the group (ESPO: one demonstrated episode and all its samples)
         # where the batch has groups, else the episode
-        units = turns.group_id if turns.group_id is not None else turns.episode_ids
+        group_id = union.batch.group_id
+        units = group_id[kept] if group_id is not None else union.batch.episode_ids[kept]
         for _ in range(c.epochs):
             for minibatch in self.sampler(units, c.minibatch_size, self.generator):
-                pieces = list(_chunks(minibatch, c.score_micro_batch)) if c.policy_loss else []
+                local = position_of[minibatch]
+                local = local[local >= 0]
+                pieces = list(_chunks(local, c.score_micro_batch)) if c.policy_loss else []
                 extras = [piece for hook in self.hooks for piece in hook.extra_losses(self)]
-                if not pieces and not extras:
+                # every rank steps when any rank has something to backpropagate
+                backwards = max_over_ranks(len(pieces) + len(extras))
+                if backwards == 0:
                     continue
-                lengths = [turns.response_ids[i].numel() for i in minibatch.tolist()]
-                total = self.objective.units(lengths)
-                backwards = len(pieces) + len(extras)
+                if not self.updater.equal_backwards:
+                    backwards = len(pieces) + len(extras)
+                total = self.objective.units(kept_lengths[minibatch].tolist())
                 done = 0
                 for piece in pieces:
                     rows = piece.tolist()
-                    loss, piece_metrics, units = self._piece_loss(turns, rows, old, ref)
+                    loss, piece_metrics, piece_units = self._piece_loss(turns, rows, old, ref)
                     done += 1
-                    self.updater.backward(loss * (units / total), done == backwards)
+                    # the updater averages over ranks: times the world size, the sum of every
+                    # rank's share of the minibatch's units
+                    share = piece_units / total * world.size
+                    self.updater.backward(loss * share, done == backwards)
                     for key, value in piece_metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value * units
-                        weights[key] = weights.get(key, 0.0) + units
-                    units_seen += units
+                        sums[key] = sums.get(key, 0.0) + value * piece_units
+                        weights[key] = weights.get(key, 0.0) + piece_units
+                if c.policy_loss:
+                    units_seen += total
                 for extra in extras:
                     loss, extra_metrics = extra()
                     done += 1
@@ -331,17 +438,32 @@ class Trainer:
                     for key, value in extra_metrics.items():
                         sums[key] = sums.get(key, 0.0) + value
                         weights[key] = weights.get(key, 0.0) + 1.0
+                while done < backwards:  # DeepSpeed needs as many backwards on every rank
+                    done += 1
+                    self.updater.backward(self._zero_loss(batch), done == backwards)
                 grad_norms.append(self.updater.step())
         timing["actor_update_s"] = time.perf_counter() - t0
+        if world.size > 1:  # unit-weighted means over every rank's pieces
+            sums = sum_over_ranks(sums)
+            weights = sum_over_ranks(weights)
         metrics.update({k: v / weights[k] for k, v in sums.items()})
         if grad_norms:
             metrics["actor/grad_norm"] = float(np.mean(grad_norms))
         metrics["actor/updates"] = float(len(grad_norms))
         metrics["actor/turns"] = float(kept.numel())
-        metrics["actor/tokens"] = float(sum(r.numel() for r in turns.response_ids))
+        metrics["actor/tokens"] = float(kept_lengths.sum())
         if c.policy_loss:
             metrics[f"actor/{self.objective.unit}s_per_epoch"] = float(units_seen / c.epochs)
         return metrics
+
+    def _zero_loss(self, batch: TurnBatch) -> torch.Tensor:
+        """A loss of exactly 0 through one real scoring forward: a backward that touches the
+        same weights in the same order as a real piece, for a rank with nothing (left) to
+        backpropagate in a minibatch where another rank has."""
+        rows = [i for i, r in enumerate(batch.response_ids) if r.numel() > 0][:1] or [0]
+        with torch.enable_grad():
+            scored = self._score(batch, rows)
+        return torch.stack([s.sum() for s in scored]).sum() * 0.0
 
     def _piece_loss(
         self,
@@ -405,6 +527,8 @@ class Trainer:
         return history
 
     def _log(self, metrics: dict[str, float]) -> None:
+        if not self.world.is_main:  # the metrics are already means over ranks
+            return
         with open(self.out_dir / METRICS_FILE, "a") as f:
             f.write(json.dumps(metrics, sort_keys=True) + "\n")
         for callback in self.callbacks:
@@ -414,7 +538,7 @@ class Trainer:
         """Forget metric lines of steps after the checkpoint we resumed from (a killed run may
         have logged a step it never checkpointed; it will be logged again)."""
         path = self.out_dir / METRICS_FILE
-        if not path.is_file():
+        if not self.world.is_main or not path.is_file():
             return
         lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
         kept = [ln for ln in lines if json.loads(ln).get("step", 0) <= self.step]
@@ -435,9 +559,17 @@ class Trainer:
             "generator": self.generator.get_state(),
             "rng": capture_rng_state(),
             "hooks": {hook.name: hook.state_dict() for hook in self.hooks},
+            "rank": self.world.rank,
+            "world_size": self.world.size,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved_world = int(state.get("world_size", 1))
+        if saved_world != self.world.size:
+            raise ValueError(
+                f"the checkpoint was written by {saved_world} ranks, this run has "
+                f"{self.world.size}: resume with the same number of processes"
+            )
         self.step = int(state["step"])
         self.turn_samples = int(state["turn_samples"])
         if self.value_function is not None:
@@ -453,9 +585,11 @@ class Trainer:
         (the policy weights must already be loaded from it); truncates the metrics log."""
         checkpoint = latest_checkpoint(self.out_dir)
         if checkpoint is not None:
-            self.load_state_dict(load_trainer_state(checkpoint))
+            self.load_state_dict(load_trainer_state(checkpoint, rank=self.world.rank))
+            self.updater.load_engine(checkpoint)
             log.info("resumed from %s (step %d)", checkpoint, self.step)
         self.truncate_metrics()
+        barrier()  # no rank starts a step before every rank has loaded
         return checkpoint
 
     def save(self) -> Path:
@@ -466,6 +600,8 @@ class Trainer:
             processor=self.policy.processor,
             trainer_state=self.state_dict(),
             config=self.config.config_dump,
+            extra_writer=self.updater.save_engine,
+            world=self.world,
         )
         log.info("checkpoint %s", path)
         return path

@@ -1,4 +1,5 @@
-"""``odyssey sft``: supervised fine-tuning on a curated dataset folder."""
+"""``odyssey sft``: supervised fine-tuning on a curated dataset folder (one process, or every
+process of a ``torchrun`` / ``deepspeed`` launch)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 from pathlib import Path
 
 import click
+
+from odyssey_core.launch import local_rank_option
 
 
 @click.command("sft")
@@ -28,6 +31,14 @@ import click
 @click.option("--resume", is_flag=True, help="continue from OUT/checkpoints/latest")
 @click.option("--max-steps", type=int, default=None, help="override the preset's max_steps")
 @click.option("--seed", type=int, default=None, help="override the preset's seed")
+@click.option(
+    "--system-prompts",
+    "system_prompts_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON {game: system prompt} replacing those games' registered prompts",
+)
+@local_rank_option
 def sft_command(
     preset: str,
     dataset_dir: Path,
@@ -36,8 +47,10 @@ def sft_command(
     resume: bool,
     max_steps: int | None,
     seed: int | None,
+    system_prompts_file: Path | None,
 ) -> None:
     """Fine-tune MODEL on the teacher answers of DATASET; checkpoints and metrics go to OUT."""
+    from odyssey_core.rl.distributed import leave_process_group
     from odyssey_core.sft.settings import load_sft_settings
     from odyssey_core.sft.trainer import run_sft
 
@@ -54,5 +67,17 @@ def sft_command(
     def echo(record: dict) -> None:
         click.echo(json.dumps(record))
 
-    result = run_sft(settings, dataset_dir, model_dir, out_dir, resume=resume, callbacks=[echo])
+    prompts = None
+    if system_prompts_file is not None:
+        prompts = json.loads(system_prompts_file.read_text())
+    result = run_sft(
+        settings,
+        dataset_dir,
+        model_dir,
+        out_dir,
+        resume=resume,
+        callbacks=[echo],
+        system_prompts=prompts,
+    )
+    leave_process_group()
     click.echo(f"done: {result.steps} steps, final weights in {result.final_dir}")

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from odyssey_core.config import StrictModel, config_dir, load_preset
+from odyssey_core.launch import LaunchSettings
 from odyssey_core.models.lora import LoraSettings
 
 __all__ = ["SFTSettings", "load_sft_settings"]
@@ -101,6 +102,10 @@ class SFTSettings(StrictModel):
     )
     deepspeed: Path | None = Field(
         default=None, description="DeepSpeed JSON config (e.g. configs/deepspeed/zero2.json)"
+    )
+    launch: LaunchSettings = Field(
+        default=LaunchSettings(),
+        description="processes and launcher of the pipeline's SFT stage (1: in-process)",
     )
 
     @model_validator(mode="after")

@@ -18,6 +18,14 @@ Rare answers can be up-weighted (``answer_balance``): ``sampler`` replaces the p
 draws with replacement, still seeded by ``seed + epoch`` (so resuming is unchanged), and
 ``loss`` weights each row's response tokens; both use the per-answer weights of
 :func:`~odyssey_core.sft.data.answer_weights`.
+
+Under a launcher (``torchrun``, ``deepspeed``) each rank takes rows ``rank::world`` of every
+step's ``batch_size`` and the loss is the token mean over all ranks' tokens; the gradients are
+averaged over ranks (DeepSpeed's engine, or one all-reduce before clipping in the plain path).
+Rank 0 writes the weights, metrics and its state; every other rank adds its RNG state as a
+shard of the checkpoint, before rank 0 writes its own state file last. A process without a
+launcher that uses DeepSpeed becomes rank 0 of a world of one first. Every checkpoint file is
+read back with ``weights_only=True`` (DeepSpeed's through its engine, allow-listed).
 """
 
 from __future__ import annotations
@@ -46,6 +54,14 @@ from odyssey_core.common.checkpointing import (
     restore_rng_state,
 )
 from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.rl.checkpoint import WeightsOnlyCheckpointEngine, load_weights_only, shard_file
+from odyssey_core.rl.distributed import (
+    average_gradients,
+    barrier,
+    current_world,
+    init_process_group,
+    rank_device,
+)
 from odyssey_core.sft.data import IGNORE_INDEX, SFTCollator, SFTDataset, answer_weights
 from odyssey_core.sft.settings import SFTSettings
 
@@ -56,6 +72,7 @@ __all__ = [
     "SFTTrainer",
     "cosine_schedule",
     "latest_checkpoint",
+    "read_sft_result",
     "run_sft",
 ]
 
@@ -137,11 +154,13 @@ class SFTTrainer:
                 "preset expects %d train rows, the dataset has %d", expected, len(self.train_set)
             )
 
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        self.rank = int(os.environ.get("RANK", "0"))
+        world = current_world()  # the launcher's, or a world of one
+        self.world_size, self.rank = world.size, world.rank
         if settings.batch_size % (settings.grad_accum_steps * self.world_size):
             raise ValueError("batch_size must divide into grad_accum_steps x world size")
         self.device = self._pick_device()
+        if self.world_size > 1 or settings.deepspeed is not None:
+            init_process_group(self.device)
         self.autocast = settings.precision == "bf16" or (
             settings.precision == "auto" and self.device.type == "cuda"
         )
@@ -195,12 +214,11 @@ class SFTTrainer:
 
     # ----------------------------------------------------------------------------- setup
     def _pick_device(self) -> torch.device:
+        """``auto``: CUDA when there is one; CUDA means this rank's GPU (``cuda:LOCAL_RANK``)."""
         name = self.settings.device
         if name == "auto":
             name = "cuda" if torch.cuda.is_available() else "cpu"
-        if name == "cuda" and self.world_size > 1:
-            name = f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
-        return torch.device(name)
+        return torch.device(rank_device(name))
 
     def _load_model(self, checkpoint: Path | None) -> tuple[Any, Any]:
         from odyssey_core.models import apply_lora, load_adapter, load_model, load_processor
@@ -268,6 +286,7 @@ class SFTTrainer:
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=self.model, optimizer=self.optimizer, lr_scheduler=self.scheduler, config=config
         )
+        self.engine.checkpoint_engine = WeightsOnlyCheckpointEngine(self.engine.checkpoint_engine)
 
     @property
     def micro_batch_size(self) -> int:
@@ -284,14 +303,19 @@ class SFTTrainer:
             return rng.choice(n, size=n, replace=True, p=self.row_weights / self.row_weights.sum())
         return rng.permutation(n)
 
-    def _next_indices(self) -> list[int]:
-        """This rank's share of the next optimizer step's train rows; advances the position."""
+    def _next_indices(self) -> tuple[list[int], int]:
+        """This rank's share of the next optimizer step's train rows (rows ``rank::world``),
+        and how many rows the step has on all ranks; advances the position."""
         order = self.epoch_order(self.epoch)
         chosen = order[self.index : self.index + self.settings.batch_size]
         self.index += len(chosen)
         if self.index >= len(order):
             self.epoch, self.index = self.epoch + 1, 0
-        return [int(i) for i in chosen[self.rank :: self.world_size]]
+        return [int(i) for i in chosen[self.rank :: self.world_size]], len(chosen)
+
+    def _micro_batches(self, rows: int) -> int:
+        """How many micro-batches a rank with ``rows`` rows of the step runs."""
+        return min(self.settings.grad_accum_steps, max(1, rows))
 
     def _loss_weights(self, indices: Sequence[int]) -> torch.Tensor | None:
         """Per-row token weights of ``answer_balance: loss`` (None: unweighted)."""
@@ -329,7 +353,8 @@ class SFTTrainer:
         return (per_token.sum(dim=1) * weights).sum(), float((counts * weights).sum())
 
     def _token_count(self, n_local: float) -> float:
-        """The step's (possibly weighted) token count summed over ranks."""
+        """``n_local`` summed over ranks: the step's (possibly weighted) token count, or its
+        loss sum."""
         if self.world_size == 1:
             return n_local
         count = torch.tensor(float(n_local), device=self.device, dtype=torch.float64)
@@ -339,12 +364,20 @@ class SFTTrainer:
     def train_step(self) -> dict[str, Any]:
         s = self.settings
         start = time.perf_counter()
-        indices = self._next_indices()
+        indices, step_rows = self._next_indices()
         samples = [self.train_set[i] for i in indices]
-        n_chunks = min(s.grad_accum_steps, max(1, len(samples)))
+        n_chunks = self._micro_batches(len(samples))
         chunks = [list(c) for c in np.array_split(np.arange(len(samples)), n_chunks)]
         chunks = [c for c in chunks if len(c)]
         batches = [self.collator([samples[i] for i in c]) for c in chunks]
+        backwards = len(batches)
+        if self.engine is not None and self.world_size > 1:
+            # ZeRO-2 reduces in every backward, so every rank runs as many as the rank with
+            # the most micro-batches (the last step of an epoch may leave a rank short)
+            backwards = max(
+                self._micro_batches(len(range(r, step_rows, self.world_size)))
+                for r in range(self.world_size)
+            )
         weights = [self._loss_weights([indices[i] for i in c]) for c in chunks]
         # Token-mean over the whole step: each micro-batch is divided by the step's count
         # (weighted by the rows' answer weights under `answer_balance: loss`).
@@ -364,19 +397,28 @@ class SFTTrainer:
             loss_sum, _ = self._loss_sums(batch, weight)
             loss = loss_sum / max(1, n_tokens)
             if self.engine is not None:
-                # ZeRO reduces and partitions the gradients only after the last micro-batch;
                 # DeepSpeed divides by its accumulation count and averages ranks: undo both.
-                self.engine.set_gradient_accumulation_boundary(index == len(batches) - 1)
+                self.engine.set_gradient_accumulation_boundary(index == backwards - 1)
                 self.engine.backward(loss * s.grad_accum_steps * self.world_size)
+            elif self.world_size > 1:
+                # the gradients are averaged over ranks below: times the world size, the sum
+                # of every rank's share of the step's token mean
+                (loss * self.world_size).backward()
             else:
                 loss.backward()
             total += float(loss_sum.detach())
+        for index in range(len(batches), backwards):  # a zero loss through a real forward
+            loss_sum, _ = self._loss_sums(self.collator([self.train_set[0]]))
+            self.engine.set_gradient_accumulation_boundary(index == backwards - 1)
+            self.engine.backward(loss_sum * 0.0)
+        total = self._token_count(total)  # the loss over every rank's tokens
         lr = self.optimizer.param_groups[0]["lr"]
         if self.engine is not None:
             self.engine.step()  # at the boundary set above: one optimizer and scheduler step
             grad_norm = float(self.engine.get_global_grad_norm() or 0.0)
         else:
             params = [p for p in self.model.parameters() if p.requires_grad]
+            average_gradients(params)
             clip = s.max_grad_norm if s.max_grad_norm is not None else float("inf")
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
             self.optimizer.step()
@@ -473,18 +515,26 @@ class SFTTrainer:
             self.ckpt_root.mkdir(parents=True, exist_ok=True)
             shutil.rmtree(staging, ignore_errors=True)
             staging.mkdir()
+        barrier()  # (the folders of all ranks are one shared file system)
         state: dict[str, Any] = {"step": self.step, "epoch": self.epoch, "index": self.index}
+        if self.rank != 0:  # this rank's RNG streams
+            torch.save({"rng": capture_rng_state()}, staging / shard_file(self.rank))
         if self.engine is not None:
             # ZeRO shards the optimizer state over ranks: every rank writes its own part.
-            # (Assumes a file system shared by all ranks.)
-            torch.distributed.barrier()
             self.engine.save_checkpoint(str(staging / "deepspeed"), tag="state")
-            torch.distributed.barrier()
         else:
             state["optimizer"] = self.optimizer.state_dict()
             state["scheduler"] = self.scheduler.state_dict()
-        if self.rank != 0:
-            return final
+        barrier()  # every rank's part is written
+        if self.rank == 0:
+            self._publish(staging, final, state)
+        barrier()  # published when any rank returns
+        return final
+
+    def _publish(self, staging: Path, final: Path, state: dict[str, Any]) -> None:
+        """Rank 0: the weights, its state and the run's settings into ``staging``, then the
+        rename and the ``latest`` pointer."""
+        name = final.name
         self._save_weights(staging)
         state["rng"] = capture_rng_state()
         torch.save(state, staging / STATE_FILE)
@@ -501,7 +551,6 @@ class SFTTrainer:
         os.rename(staging, final)
         atomic_write_text(self.ckpt_root / "latest", name + "\n")
         self._prune()
-        return final
 
     def _prune(self) -> None:
         keep = self.settings.keep_checkpoints
@@ -512,7 +561,11 @@ class SFTTrainer:
             shutil.rmtree(old, ignore_errors=True)
 
     def _load_state(self, checkpoint: Path) -> None:
-        state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location="cpu")
+        state = load_weights_only(checkpoint / STATE_FILE)
+        if self.rank != 0:  # this rank's own RNG streams, where the checkpoint has them
+            shard = checkpoint / shard_file(self.rank)
+            if shard.is_file():
+                state["rng"] = load_weights_only(shard)["rng"]
         if self.engine is not None:
             self.engine.load_checkpoint(str(checkpoint / "deepspeed"), tag="state")
         else:
@@ -537,6 +590,23 @@ class SFTTrainer:
             model.save_pretrained(final, safe_serialization=True)
             self.processor.save_pretrained(final)
         return final
+
+
+def read_sft_result(out_dir: str | Path) -> SFTResult:
+    """The result of a finished run in ``out_dir`` from what rank 0 wrote (its metrics and
+    ``final/``): how a caller that launched the run in other processes learns it."""
+    out = Path(out_dir)
+    final = out / "final"
+    if not (final / "config.json").is_file():
+        raise FileNotFoundError(f"{out}: no finished SFT run (no {final}/config.json)")
+    steps, train_loss, eval_loss = 0, None, None
+    path = out / "metrics.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    for record in (json.loads(line) for line in lines if line.strip()):
+        steps = max(steps, int(record.get("step", 0)))
+        train_loss = record.get("loss", train_loss)
+        eval_loss = record.get("eval_loss", eval_loss)
+    return SFTResult(final, steps, train_loss, eval_loss)
 
 
 def run_sft(

@@ -13,8 +13,10 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from odyssey_core.config import StrictModel, load_preset
+from odyssey_core.launch import LaunchSettings
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.recipes.gtr.corrector import (
     NO_CORRECTOR,
     split_corrector_spec,
@@ -47,6 +49,11 @@ class GTRRolloutSettings(StrictModel):
         description="Table 2: temperature 0.2, max text length 256, repetition penalty 1.2",
     )
     score_micro_batch: int = Field(default=4, ge=1, description="turns per scoring forward")
+    backend: RolloutBackendSettings = Field(
+        default=RolloutBackendSettings(),
+        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
+        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
+    )
     corrector: str = Field(
         default="openai",
         description="a name in CORRECTORS, or 'none'. A preset may write "
@@ -171,6 +178,10 @@ class GTRSettings(StrictModel):
     value: GTRValueSettings = GTRValueSettings()
     deepspeed: Path | None = Field(
         default=None, description="a ZeRO-2 JSON for the policy update (GPU launcher), or null"
+    )
+    launch: LaunchSettings = Field(
+        default=LaunchSettings(),
+        description="processes and launcher of the pipeline's training stage (1: in-process)",
     )
 
     @model_validator(mode="after")

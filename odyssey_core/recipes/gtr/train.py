@@ -44,7 +44,7 @@ from odyssey_core.recipes.gtr.rewards import GTRRewardConfig, GTRWrapper
 from odyssey_core.recipes.gtr.settings import GTRSettings
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.checkpoint import latest_checkpoint
-from odyssey_core.rl.hooks import CollapseMonitor
+from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
 from odyssey_core.rl.policy import build_policy
 from odyssey_core.rl.trainer import ExtraLoss, MetricsCallback, Trainer, TrainerConfig, TrainerHook
@@ -309,16 +309,18 @@ def build_trainer(
         prompt = gtr_system_prompt(r.env, r.env_kwargs)
         policy = build_policy(s.model, s.lora, out, checkpoint, system_prompt=prompt)
     factory = functools.partial(make_gtr_env, r.env, r.env_kwargs, corrector, r.rewards)
+    rollout_policy, sync_hooks = rollout_backend(r.backend, policy, out)
     collector = Collector(
         SyncVectorEnv([factory] * r.n_envs),
-        policy,
+        rollout_policy,
         r.generation,
         max_turns=r.turns_per_step,  # an episode never outlasts the step's budget
         response_format=RESPONSE_FORMATS.get("gtr"),
         info_extras=gtr_info_extras,
+        tokenizer=policy.tokenizer,
     )
     if s.value.source == "cnn":
-        value: CNNValue | VLMHeadValue = CNNValue(s.critic, seed=s.seed)
+        value: CNNValue | VLMHeadValue = CNNValue(s.critic, seed=s.seed, device=s.model.device)
     else:
         value = VLMHeadValue(
             policy,
@@ -355,6 +357,7 @@ def build_trainer(
             micro_batch=r.score_micro_batch,
             seed=s.seed,
         ),
+        *sync_hooks,
     ]
     trainer = Trainer(
         trainer_config(s), policy, collector, value, updater, out, hooks=hooks, callbacks=callbacks

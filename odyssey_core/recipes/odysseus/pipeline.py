@@ -559,9 +559,11 @@ def stage_curate(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> di
 def stage_sft(
     cfg: PipelineConfig, dataset_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Fine-tune the base model on the dataset; returns ``model_uri`` and ``base_model_uri``."""
+    """Fine-tune the base model on the dataset; returns ``model_uri`` and ``base_model_uri``.
+    With ``launch`` asking for several processes, training runs under the launcher."""
+    from odyssey_core.launch import LAUNCH_PRESET, run_training, sft_args, write_preset
     from odyssey_core.sft.settings import load_sft_settings
-    from odyssey_core.sft.trainer import run_sft
+    from odyssey_core.sft.trainer import read_sft_result, run_sft
 
     settings = load_sft_settings(cfg.sft.preset, cfg.sft.overrides)
 
@@ -585,10 +587,22 @@ def stage_sft(
                 advance(bar, int(step), loss=float(metrics["loss"]))
 
         # resume=True: a retried or resumed run picks up the latest SFT checkpoint
+        train_dir = ctx.training_dir()
         with bar:
-            result = run_sft(
-                settings, dataset, base, ctx.training_dir(), resume=True, callbacks=[on_metrics]
-            )
+            if settings.launch.launched:
+                preset = write_preset(settings, train_dir / LAUNCH_PRESET)
+                run_training(
+                    settings.launch,
+                    sft_args(preset, dataset.resolve(), base.resolve(), train_dir.resolve()),
+                    emit=log.info,
+                    metrics_file=train_dir / "metrics.jsonl",
+                    on_metrics=on_metrics,
+                )
+                result = read_sft_result(train_dir)
+            else:
+                result = run_sft(
+                    settings, dataset, base, train_dir, resume=True, callbacks=[on_metrics]
+                )
         final = {"steps": float(result.steps)}
         for name in ("train_loss", "eval_loss"):
             if getattr(result, name) is not None:
@@ -614,9 +628,12 @@ def stage_sft(
 def stage_rl(
     cfg: PipelineConfig, model_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
-    """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``."""
+    """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``.
+    With ``launch`` asking for several processes, training runs under the launcher."""
+    from odyssey_core.launch import LAUNCH_PRESET, run_training, train_args, write_preset
     from odyssey_core.recipes.odysseus.train import build_trainer
-    from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
+    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
+    from odyssey_core.rl.trainer import METRICS_FILE
 
     def body(ctx: StageContext) -> dict[str, Any]:
         sft_model = ctx.fetch("model", ctx.work / "sft-model")
@@ -630,16 +647,27 @@ def stage_rl(
             advance(bar, step, progress=progress)
 
         train_dir = ctx.training_dir()
-        trainer = build_trainer(settings, train_dir, resume=True, callbacks=[on_step])
-        try:
+        if settings.launch.launched:
+            preset = write_preset(settings, train_dir / LAUNCH_PRESET)
             with bar:
-                trainer.train()
-            steps = trainer.step
-        finally:
-            trainer.close()
+                run_training(
+                    settings.launch,
+                    train_args("odysseus", preset, train_dir.resolve()),
+                    emit=log.info,
+                    metrics_file=train_dir / METRICS_FILE,
+                    on_metrics=lambda m: on_step(int(m["step"]), m),
+                )
+        else:
+            trainer = build_trainer(settings, train_dir, resume=True, callbacks=[on_step])
+            try:
+                with bar:
+                    trainer.train()
+            finally:
+                trainer.close()
         checkpoint = latest_checkpoint(train_dir)
         if checkpoint is None:
             raise RuntimeError(f"RL finished without a checkpoint under {train_dir}")
+        steps = int(load_trainer_state(checkpoint)["step"])
         # The policy folder is what an hf: agent (and the registry) needs; the optimizer state
         # stays local for resuming. Its key names the inputs, so a registered version keeps
         # pointing at the weights it was gated on when a later run of this pipeline trains anew.

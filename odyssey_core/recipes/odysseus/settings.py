@@ -20,8 +20,10 @@ from odyssey_core.config import (
     load_preset,
     resolve_data_path,
 )
+from odyssey_core.launch import LaunchSettings
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.rl.advantages import ESTIMATORS
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
 
@@ -107,6 +109,11 @@ class RolloutSettings(StrictModel):
     score_micro_batch: int = Field(
         default=4, ge=1, description="turns per forward pass when (re)scoring log-probs"
     )
+    backend: RolloutBackendSettings = Field(
+        default=RolloutBackendSettings(),
+        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
+        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
+    )
     start_states: dict[str, Path] = Field(
         default_factory=dict,
         description="level -> a save-state file its episodes start from (Section 4.2's "
@@ -140,6 +147,10 @@ class RLTrainSettings(StrictModel):
     curriculum: CurriculumSettings = CurriculumSettings()
     deepspeed: Path | None = Field(
         default=None, description="a ZeRO-2 JSON for the policy update (GPU launcher), or null"
+    )
+    launch: LaunchSettings = Field(
+        default=LaunchSettings(),
+        description="processes and launcher of the pipeline's training stage (1: in-process)",
     )
 
     @field_validator("estimator")

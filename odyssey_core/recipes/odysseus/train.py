@@ -27,7 +27,7 @@ from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumH
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.checkpoint import latest_checkpoint
-from odyssey_core.rl.hooks import CollapseMonitor
+from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
 from odyssey_core.rl.policy import build_policy, build_reference
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig
@@ -99,13 +99,15 @@ def build_trainer(
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(out) if resume else None
     policy = build_policy(s.model, s.lora, out, checkpoint, game=s.model.game)
+    rollout_policy, sync_hooks = rollout_backend(s.rollout.backend, policy, out)
     collector = Collector(
         vector_env if vector_env is not None else build_vector_env(s),
-        policy,
+        rollout_policy,
         s.rollout.generation,
         max_turns=s.rollout.max_turns,
         response_format=RESPONSE_FORMATS.get("odysseus"),
         info_extras=gameboy_info_extras,
+        tokenizer=policy.tokenizer,
     )
     updater = build_updater(
         policy.model,
@@ -123,7 +125,7 @@ def build_trainer(
         trainer_config(s),
         policy,
         collector,
-        CNNValue(s.critic, seed=s.seed),
+        CNNValue(s.critic, seed=s.seed, device=s.model.device),
         updater,
         out,
         hooks=[
@@ -134,6 +136,7 @@ def build_trainer(
                 update=s.curriculum.enabled,
                 start_states={k: Path(v).read_bytes() for k, v in s.rollout.start_states.items()},
             ),
+            *sync_hooks,
         ],
         callbacks=callbacks,
         reference=build_reference(

@@ -128,7 +128,7 @@ def test_killed_run_resumes_exactly(tmp_path: Path, tiny_model_dir: Path) -> Non
 
     killed = tmp_path / "killed"
     code = (
-        "import sys; from odyssey_core.recipes.odysseus.cli import train_command; "
+        "import sys; from odyssey_core.cli import train_command; "
         f"train_command(['--preset', {str(preset)!r}, '--out', {str(killed)!r}, '--threads', '1'])"
     )
     kill_during_step_two(code, killed)
