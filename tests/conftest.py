@@ -32,3 +32,12 @@ def sml_rom() -> Path:
     if not path:
         pytest.skip("needs your Super Mario Land ROM: set ODYSSEY_SML_ROM to run this test")
     return Path(path)
+
+
+@pytest.fixture(scope="module")
+def prefect_server():
+    """A temporary Prefect server for the flow tests of one module (Prefect's test harness)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield

@@ -7,7 +7,6 @@ import asyncio
 import importlib
 from pathlib import Path
 
-import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,14 +23,6 @@ def test_every_deployment_entrypoint_is_a_flow() -> None:
         flow = getattr(module, name)
         assert isinstance(flow, Flow), deployment["entrypoint"]
         assert set(deployment.get("parameters", {})) <= set(flow.parameters.properties)
-
-
-@pytest.fixture(scope="module")
-def prefect_server():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def test_play_episode_flow_writes_a_video_and_an_artifact(prefect_server, tmp_path: Path) -> None:

@@ -305,14 +305,6 @@ def test_gate_against_base_then_champion(tmp_path: Path, monkeypatch) -> None:
     assert registry.champion("gtr-numberline") == 1 and registry.candidate("gtr-numberline") == 2
 
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def _artifact_keys() -> set[str]:
     import asyncio
 

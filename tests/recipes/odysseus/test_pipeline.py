@@ -260,14 +260,6 @@ def test_retry_condition_only_for_transient_errors() -> None:
     assert not is_transient_error(ValidationFailed("3 of 20 rows failed validation"))
 
 
-@pytest.fixture(scope="module")
-def prefect_server():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def test_nightly_flow_fails_and_emits_on_regression(
     prefect_server, tmp_path: Path, monkeypatch
 ) -> None:

@@ -1,0 +1,185 @@
+"""SFT only vs vanilla GRPO vs ESPO on the generated tiny episodes: a CPU benchmark (not a test).
+
+Per training seed (``--seeds``):
+
+1. SFT cold start: ``--sft-epochs`` epochs on the demonstrations of the tiny preset's training
+   split (dataset seed 0), the tiny pipeline's SFT settings. This model is "SFT only".
+2. From it, vanilla GRPO (``configs/espo_pipeline/variants/vanilla_grpo.yaml``: step rewards,
+   shuffled steps) and ESPO (``configs/espo/tiny.yaml``: A_step + w * A_COUT, the episodic
+   sampler) train **interleaved**, one step each in turn, until each has spent ``--budget-s``
+   seconds of its own step time, so CPU noise hits both alike and the budget is the same.
+3. The three models answer every step of a held-out dataset (the tiny preset generated with
+   ``--eval-seed``: other users, other catalogues; all its splits) teacher-forced and greedy:
+   EleAcc, Op F1, Step SR, RecAcc, format-valid, with the episode-bootstrap intervals of
+   :mod:`odyssey_core.recipes.espo.metrics`; then mean +- s.e. over the training seeds.
+
+    .venv/bin/python bench/espo_tiny.py                # the defaults recorded in RESULTS.md
+    .venv/bin/python bench/espo_tiny.py --seeds 1 --budget-s 30 --sft-epochs 1   # a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from odyssey_core.config import deep_merge
+from odyssey_core.envs.persona.dataset import generate_episodes, read_dataset, write_dataset
+from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipes.espo.evaluation import evaluate_offline, load_espo_policy
+from odyssey_core.recipes.espo.metrics import evaluate_outcomes
+from odyssey_core.recipes.espo.pipeline import (
+    espo_sft_settings,
+    load_espo_pipeline_config,
+    variant_overlay,
+)
+from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+from odyssey_core.recipes.espo.settings import load_espo_settings
+from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
+from odyssey_core.recipes.espo.train import build_trainer
+from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
+from odyssey_core.rl.policy import resolve_base_model
+from odyssey_core.sft.trainer import run_sft
+
+METHODS = ("sft_only", "vanilla_grpo", "espo")
+KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "format_valid")
+
+
+def dataset(folder: Path, seed: int) -> Path:
+    if not (folder / "manifest.json").is_file():
+        write_dataset(folder, generate_episodes("tiny", seed), preset="tiny", seed=seed)
+    return folder
+
+
+def cold_start(work: Path, data: Path, seed: int, epochs: int, history: int | None) -> Path:
+    cfg = load_espo_pipeline_config("tiny", {"sft": {"epochs": epochs, "settings": {"seed": seed}}})
+    settings = load_espo_settings("tiny")
+    examples = work / "sft-data"
+    if not (examples / "manifest.json").is_file():
+        build_sft_dataset(data, read_dataset(data, split="train"), examples, history_window=history)
+    base = resolve_base_model(settings.model, work)
+    result = run_sft(
+        espo_sft_settings(cfg),
+        examples,
+        base,
+        work / "sft",
+        resume=True,
+        system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
+    )
+    return result.final_dir
+
+
+def train_interleaved(
+    work: Path, data: Path, start: Path, seed: int, budget_s: float, lr: float
+) -> tuple[dict[str, Path], dict[str, int]]:
+    common = {
+        "seed": seed,
+        "epochs": 50,  # the budget ends training, not the epochs
+        "model": {"path": str(start)},
+        "data": {"dataset": str(data)},
+        "grpo": {"lr": lr},
+        "checkpoint_every": 10_000,
+    }
+    grpo = variant_overlay("vanilla_grpo")["train"]["overrides"]
+    trainers = {
+        "vanilla_grpo": build_trainer(
+            load_espo_settings("tiny", deep_merge(common, grpo)), work / "vanilla_grpo"
+        ),
+        "espo": build_trainer(load_espo_settings("tiny", common), work / "espo"),
+    }
+    spent = dict.fromkeys(trainers, 0.0)
+    try:
+        while min(spent.values()) < budget_s:
+            for name, trainer in trainers.items():
+                if spent[name] >= budget_s:
+                    continue
+                t0 = time.perf_counter()
+                trainer.train_step()
+                spent[name] += time.perf_counter() - t0
+        models = {}
+        for name, trainer in trainers.items():
+            trainer.save()
+            checkpoint = latest_checkpoint(trainer.out_dir)
+            assert checkpoint is not None
+            models[name] = policy_dir(checkpoint)
+        return models, {name: t.step for name, t in trainers.items()}
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+
+
+def evaluate(model: Path, data: Path, max_new_tokens: int, history: int | None) -> Any:
+    settings = load_espo_settings("tiny")
+    policy = load_espo_policy(model, image_size=settings.model.image_size)
+    generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
+    episodes, outcomes = [], []
+    for split in ("train", "val", "test"):
+        chosen = read_dataset(data, split=split)
+        episodes += chosen
+        outcomes += evaluate_offline(
+            policy, data, chosen, split=split, generation=generation, history_window=history
+        )
+    return evaluate_outcomes(outcomes, episodes=episodes, resamples=1000)
+
+
+def mean_se(values: list[float]) -> str:
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return f"{100 * x.mean():.1f}"
+    return f"{100 * x.mean():.1f} ± {100 * x.std(ddof=1) / math.sqrt(x.size):.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument("--budget-s", type=float, default=240.0, help="RL seconds per method")
+    parser.add_argument("--lr", type=float, default=1e-4, help="the tiny preset's RL rate")
+    parser.add_argument("--eval-seed", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--work", type=Path, default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    work = args.work or Path(tempfile.mkdtemp(prefix="espo-bench-"))
+    train_data = dataset(work / "data-train", 0)
+    eval_data = dataset(work / f"data-eval-{args.eval_seed}", args.eval_seed)
+    history = load_espo_settings("tiny").rollout.history_window
+    rows: dict[str, list[Any]] = {m: [] for m in METHODS}
+    steps: dict[str, list[int]] = {m: [] for m in METHODS[1:]}
+    started = time.perf_counter()
+    for seed in range(args.seeds):
+        seed_dir = work / f"seed-{seed}"
+        start = cold_start(seed_dir, train_data, seed, args.sft_epochs, history)
+        models, done = train_interleaved(seed_dir, train_data, start, seed, args.budget_s, args.lr)
+        models = {"sft_only": start, **models}
+        for name in METHODS:
+            rows[name].append(evaluate(models[name], eval_data, args.max_new_tokens, history))
+        for name, n in done.items():
+            steps[name].append(n)
+        print(f"seed {seed} done after {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"\n{args.seeds} seeds, SFT {args.sft_epochs} epochs, RL budget {args.budget_s:.0f} s")
+    print(f"RL steps per seed: {steps}")
+    print("\n| method | " + " | ".join(KEYS) + " |")
+    print("|---" * (len(KEYS) + 1) + "|")
+    for name in METHODS:
+        cells = [mean_se([m[k].value for m in rows[name]]) for k in KEYS]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+    print("\nper seed, with the episode-bootstrap 95% interval of each metric:")
+    for name in METHODS:
+        for seed, m in enumerate(rows[name]):
+            cells = [
+                f"{k} {100 * m[k].value:.1f} [{100 * m[k].low:.1f}, {100 * m[k].high:.1f}]"
+                for k in KEYS
+            ]
+            print(f"  {name} seed {seed}: " + "; ".join(cells))
+    print(f"\ntotal {time.perf_counter() - started:.0f} s; work folder {work}")
+
+
+if __name__ == "__main__":
+    main()
