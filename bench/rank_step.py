@@ -1,11 +1,13 @@
 """One RL step on one rank vs two ranks (torchrun, gloo, CPU): a benchmark, not a test.
 
 The same tiny Odysseus run (``configs/odysseus/tiny.yaml``: 4 trajectories per step, the
-ppo_critic_pos estimator) is launched with ``--nproc_per_node 1`` and ``2``, one torch thread
-per rank, ``--repeats`` times each, alternating, so machine noise hits both alike. Each launch
-trains ``--steps`` steps; the first is left out (model load, warm-up). Reported: the median
-step time of rank 0 (``time/step_s`` in metrics.jsonl), the step's parts (rollout, old
-log-probs, update), and the wall time of the whole launch, with the ratios two / one.
+ppo_critic_pos estimator; invalid answers play a random button and no turn is skipped, so the
+actor really updates even where the untrained model earns nothing) is launched with
+``--nproc_per_node 1`` and ``2``, one torch thread per rank, ``--repeats`` times each,
+alternating, so machine noise hits both alike. Each launch trains ``--steps`` steps; the first
+is left out (model load, warm-up). Reported: the median step time of rank 0 (``time/step_s`` in
+metrics.jsonl), the step's parts (rollout, old log-probs, update), and the wall time of the
+whole launch, with the ratios two / one.
 
 On this 2-core machine two ranks compete for the same cores as the envs and the model, so the
 ratio says what rank-splitting costs or saves here, not what 8 GPUs do.
@@ -50,14 +52,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--preset", default="configs/odysseus/tiny.yaml")
+    parser.add_argument("--preset", default=str(REPO / "configs/odysseus/tiny.yaml"))
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rank-step-"))
+    preset = work / "preset.yaml"
+    preset.write_text(
+        f"inherit: {args.preset}\nenv: {{invalid_action: random}}\n"
+        "ppo: {skip_zero_advantage: false}\n"
+    )
     walls: dict[int, list[float]] = {1: [], 2: []}
     parts: dict[int, dict[str, list[float]]] = {1: {}, 2: {}}
     for repeat in range(args.repeats):
         for nproc in (1, 2) if repeat % 2 == 0 else (2, 1):
-            wall, records = launch(nproc, work / f"{nproc}-{repeat}", args.steps, args.preset)
+            wall, records = launch(nproc, work / f"{nproc}-{repeat}", args.steps, str(preset))
             walls[nproc].append(wall)
             for record in records[1:]:  # the first step loads and warms up
                 for key in PARTS:
@@ -68,7 +75,8 @@ def main() -> None:
     print("|---|---|---|---|")
     for key in PARTS:
         one, two = statistics.median(parts[1][key]), statistics.median(parts[2][key])
-        print(f"| median {key} | {one:.3f} s | {two:.3f} s | {two / one:.2f}x |")
+        ratio = f"{two / one:.2f}x" if one > 0 else "-"
+        print(f"| median {key} | {one:.3f} s | {two:.3f} s | {ratio} |")
     one, two = statistics.median(walls[1]), statistics.median(walls[2])
     print(f"| median launch wall | {one:.1f} s | {two:.1f} s | {two / one:.2f}x |")
 

@@ -252,6 +252,38 @@ class NightlyPlan:
     out_dir: Path  # where tonight's evaluations are written
     model_name: str
     mlflow_uri: str
+    game: str = ""
+
+    def evaluate(
+        self,
+        evaluate: Callable[[str, str, Path], tuple[float, Mapping[str, Any]]],
+        metric: str,
+        log_fn: Callable[[str], None] = print,
+    ) -> dict[str, dict[str, Any]]:
+        """Evaluate every target: ``evaluate(checkpoint_uri, label, out_dir) -> (mean, extra)``
+        where ``extra`` holds ``report_markdown`` and more ``<label>_<key>`` metrics; logs the
+        report folder and ``<label>_mean`` (and the extra metrics) as tonight's points of the
+        series. Returns the rows :meth:`verdict` reads."""
+        from odyssey_core.registry.models import ModelRegistry
+
+        registry = ModelRegistry(self.mlflow_uri)
+        rows: dict[str, dict[str, Any]] = {}
+        for label, version in self.targets.items():
+            uri = registry.checkpoint_uri(self.game, version)
+            mean, extra = evaluate(uri, label, self.out_dir / label)
+            rows[label] = {
+                "version": version,
+                "mean": float(mean),
+                "inference": extra.get("inference"),
+                "report_markdown": extra.get("report_markdown"),
+            }
+            folder = extra.get("report_dir", self.out_dir / label)
+            self.series.log_artifact(folder, f"reports/{self.out_dir.name}/{label}")
+            points = {f"{label}_mean": mean}
+            points.update({f"{label}_{k}": v for k, v in extra.get("metrics", {}).items()})
+            self.series.log_metrics(numeric(points), step=self.step)
+            log_fn(f"nightly {label} v{version}: {metric} {mean:.3f}")
+        return rows
 
     def verdict(
         self, rows: Mapping[str, Mapping[str, Any]], recorded_tag: str, margin: float, **extra: Any
@@ -312,6 +344,7 @@ def nightly_plan(cfg: RunConfig, out_dir: Path | None = None) -> NightlyPlan:
         out_dir=out_dir or Path(cfg.run_dir) / "nightly" / time.strftime("%Y%m%dT%H%M%S"),
         model_name=registry.model_name(cfg.game),
         mlflow_uri=cfg.mlflow_uri,
+        game=cfg.game,
     )
 
 

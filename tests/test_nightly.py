@@ -1,5 +1,6 @@
 """nightly-eval for every recipe's registered model: GTR's champion re-evaluated on its fixed
-deals (a real MLflow registry and time series; only the evaluation is replaced), the flow's
+deals and ESPO's on its test episodes (a real MLflow registry and time series; only the
+evaluation is replaced), the flow's
 regression path for GTR, and one scheduled deployment per registered model in prefect.yaml."""
 
 from __future__ import annotations
@@ -62,6 +63,36 @@ def test_gtr_nightly_compares_the_champion_with_its_recorded_return(
     reports = registry.client.list_artifacts(bad["mlflow_run_id"], "reports/n2/champion")
     assert [a.path for a in reports] == ["reports/n2/champion/report.md"]  # logged each night
     assert sorted((m.step, m.value) for m in history) == [(0, 1.0), (1, 0.25), (2, 0.25)]
+
+
+def test_espo_nightly_compares_the_champions_step_sr_with_its_recorded_one(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from odyssey_core.recipes.espo import pipeline as espo
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = espo.load_espo_pipeline_config("tiny", {"run_dir": str(tmp_path / "run")})
+    registry = ModelRegistry(cfg.mlflow_uri)
+    registry.register_checkpoint("file:///ckpt/a", cfg.game, metrics={"eval.step_sr": 0.6})
+    registry.promote(cfg.game, [0.6, 0.7, 0.5], base_scores=[0.0, 0.1, 0.0])
+    step_sr = {"champion": 0.6}
+    seen: list[tuple[str, Path]] = []
+
+    def fake(cfg: Any, model_ref: str, label: str, dataset: Path, out_dir: Path):
+        assert (dataset / "episodes.jsonl").is_file()  # the pipeline's own data stage
+        seen.append((label, out_dir))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "report.md").write_text(f"# {label}\n")
+        return {"summary": {"step_sr": step_sr[label]}, "report_markdown": str(out_dir / "r")}
+
+    monkeypatch.setattr(espo, "evaluate_espo_model", fake)
+    ok = espo.nightly_evaluate(cfg, tmp_path / "n1")
+    assert ok["model_name"] == "odysseus-espo-all-tiny" and ok["metric"] == "step_sr"
+    assert not ok["regressed"] and ok["current"] == pytest.approx(0.6)
+    step_sr["champion"] = 0.2
+    bad = espo.nightly_evaluate(cfg, tmp_path / "n2")
+    assert bad["regressed"] and bad["recorded"] == pytest.approx(0.6)
+    assert [label for label, _ in seen] == ["champion", "champion"]
 
 
 def test_the_flow_emits_the_regression_event_for_gtr(monkeypatch) -> None:

@@ -86,23 +86,42 @@ class _OfflineObserver:
             )
 
 
-def _collector(
+def _play(
     policy: Any,
     dataset: Path,
+    episodes: list[EpisodeRecord],
+    observer: Any,
+    *,
     split: str,
     mode: str,
     n_envs: int,
-    generation: GenerationParams,
+    generation: GenerationParams | None,
     max_turns: int,
-    channel: str | None,
-    env_kwargs: dict[str, Any] | None = None,
-) -> Collector:
-    def factory() -> PersonaEnv:
-        return PersonaEnv(
-            dataset=dataset, split=split, channel=channel, mode=mode, **(env_kwargs or {})
-        )
+    seed: int,
+    env_kwargs: dict[str, Any],
+) -> None:
+    """Play each of ``episodes`` once, ``n_envs`` side by side, reporting to ``observer``
+    (greedy decoding unless ``generation`` says otherwise)."""
 
-    return Collector(SyncVectorEnv([factory] * n_envs), policy, generation, max_turns=max_turns)
+    def factory() -> PersonaEnv:
+        return PersonaEnv(dataset=dataset, split=split, mode=mode, **env_kwargs)
+
+    collector = Collector(
+        SyncVectorEnv([factory] * min(n_envs, len(episodes))),
+        policy,
+        generation or GenerationParams(temperature=0.0, max_new_tokens=160),
+        max_turns=max_turns,
+    )
+    try:
+        collector.play(
+            EpisodeBudget(len(episodes)),
+            observer,
+            seed=seed,
+            starts=_starts(episodes),
+            tolerate_failures=mode == "online",  # a live episode may fail alone
+        )
+    finally:
+        collector.vector_env.close()
 
 
 def evaluate_offline(
@@ -120,23 +139,20 @@ def evaluate_offline(
     """One answer per demonstrated step of ``episodes`` (all of ``split``), teacher-forced."""
     if not episodes:
         raise ValueError(f"no {split} episodes to evaluate")
-    generation = generation or GenerationParams(temperature=0.0, max_new_tokens=160)
-    collector = _collector(
+    observer = _OfflineObserver(list(episodes))
+    _play(
         policy,
         dataset,
-        split,
-        "replay",
-        min(n_envs, len(episodes)),
-        generation,
-        max(len(e.steps) for e in episodes),
-        channel,
-        {"history_window": history_window},
+        list(episodes),
+        observer,
+        split=split,
+        mode="replay",
+        n_envs=n_envs,
+        generation=generation,
+        max_turns=max(len(e.steps) for e in episodes),
+        seed=seed,
+        env_kwargs={"channel": channel, "history_window": history_window},
     )
-    observer = _OfflineObserver(list(episodes))
-    try:
-        collector.play(EpisodeBudget(len(episodes)), observer, seed=seed, starts=_starts(episodes))
-    finally:
-        collector.vector_env.close()
     return observer.outcomes
 
 
@@ -212,27 +228,18 @@ def evaluate_online(
     live = [e for e in episodes if e.scenario]
     if not live:
         return []
-    generation = generation or GenerationParams(temperature=0.0, max_new_tokens=160)
-    collector = _collector(
+    observer = _OnlineObserver(live, record)
+    _play(
         policy,
         dataset,
-        split,
-        "online",
-        min(n_envs, len(live)),
-        generation,
-        max_steps,
-        channel,
-        {"max_steps": max_steps, "history_window": history_window},
+        live,
+        observer,
+        split=split,
+        mode="online",
+        n_envs=n_envs,
+        generation=generation,
+        max_turns=max_steps,
+        seed=seed,
+        env_kwargs={"channel": channel, "history_window": history_window, "max_steps": max_steps},
     )
-    observer = _OnlineObserver(live, record)
-    try:
-        collector.play(
-            EpisodeBudget(len(live)),
-            observer,
-            seed=seed,
-            starts=_starts(live),
-            tolerate_failures=True,
-        )
-    finally:
-        collector.vector_env.close()
     return [observer.results[k] for k in sorted(observer.results)]

@@ -725,26 +725,14 @@ def nightly_evaluate(
     """Re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's
     dataset, log the points of the ``nightly-<game>`` series and compare the champion's
     ``promotion.metric`` with the one recorded on its version."""
-    from odyssey_core.registry.models import ModelRegistry
-
     plan = nightly_plan(cfg, out_dir)
-    registry = ModelRegistry(cfg.mlflow_uri)
-    data = stage_espo_data(cfg)
-    dataset = _dataset(cfg, data, plan.out_dir)
+    dataset = _dataset(cfg, stage_espo_data(cfg), plan.out_dir)
     metric = cfg.promotion.metric
     margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-    rows: dict[str, Any] = {}
-    for label, version in plan.targets.items():
-        uri = registry.checkpoint_uri(cfg.game, version)
-        evaluated = evaluate_espo_model(cfg, uri, label, dataset, plan.out_dir / label)
-        value = float(evaluated["summary"][metric])
-        rows[label] = {
-            "version": version,
-            "mean": value,
-            "inference": None,
-            "report_markdown": evaluated["report_markdown"],
-        }
-        plan.series.log_artifact(plan.out_dir / label, f"reports/{plan.out_dir.name}/{label}")
-        plan.series.log_metrics(numeric({f"{label}_mean": value}), step=plan.step)
-        log_fn(f"nightly {label} v{version}: {metric} {value:.3f}")
+
+    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
+        evaluated = evaluate_espo_model(cfg, uri, label, dataset, out)
+        return float(evaluated["summary"][metric]), evaluated
+
+    rows = plan.evaluate(evaluate, metric, log_fn)
     return plan.verdict(rows, f"metric.eval.{metric}", margin, metric=metric)

@@ -791,34 +791,16 @@ def nightly_evaluate(
     log ``<label>_mean`` as one more point of the ``nightly-<game>`` MLflow run, and compare the
     champion's mean ``promotion.metric`` with the one recorded on its version. ``margin`` (None:
     ``promotion.nightly_margin``) is how far below it may fall before ``regressed``."""
-    from odyssey_core.registry.models import ModelRegistry
-
     plan = nightly_plan(cfg, out_dir)
-    registry = ModelRegistry(cfg.mlflow_uri)
-    series, step, out = plan.series, plan.step, plan.out_dir
     metric = cfg.promotion.metric
     key = GTR_SCORE_KEYS[metric]
     margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-    rows: dict[str, Any] = {}
-    for label, version in plan.targets.items():
-        uri = registry.checkpoint_uri(cfg.game, version)
-        evaluated = evaluate_gtr_model(cfg, uri, label, out / label)
+
+    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
+        evaluated = evaluate_gtr_model(cfg, uri, label, out)
         summary = evaluated["summary"]
-        rows[label] = {
-            "version": version,
-            "mean": float(summary[key]),
-            "inference": None,
-            "report_markdown": evaluated["report_markdown"],
-        }
-        series.log_artifact(out / label, f"reports/{out.name}/{label}")
-        series.log_metrics(
-            numeric(
-                {
-                    f"{label}_mean": summary[key],
-                    f"{label}_success_rate": summary.get("success_rate", math.nan),
-                }
-            ),
-            step=step,
-        )
-        log_fn(f"nightly {label} v{version}: {key} {summary[key]:.3f}")
+        extra = {"success_rate": summary.get("success_rate", math.nan)}
+        return float(summary[key]), {**evaluated, "metrics": extra}
+
+    rows = plan.evaluate(evaluate, key, log_fn)
     return plan.verdict(rows, f"metric.eval.{key}", margin, metric=key)
