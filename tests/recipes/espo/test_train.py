@@ -43,10 +43,10 @@ def test_schedule_visits_every_episode_once_per_epoch_in_a_seeded_order() -> Non
         schedule.step_episodes(s) for s in range(6)
     ]
 
-    class Stub:
+    class TrainerAtStep4:
         step = 4
 
-    starts = schedule.episode_starts(Stub())  # type: ignore[arg-type]
+    starts = schedule.episode_starts(TrainerAtStep4())  # type: ignore[arg-type]
     first = schedule.step_episodes(4)
     assert [(s.options["episode"], s.group, s.sample) for s in starts] == [
         (ids[i], i, g) for i in first for g in range(3)
