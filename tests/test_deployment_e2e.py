@@ -185,6 +185,9 @@ def test_documented_sequence_deploys_every_deployment(tmp_path: Path) -> None:
         assert names[full]["work_pool_name"] == d["work_pool"]["name"], full
         assert names[full]["parameters"] == d["parameters"], full
         assert bool(names[full]["schedules"]) == bool(d.get("schedules")), full
+        if d["work_pool"]["name"] == "odyssey-gpu":  # the ranks' lines reach the flow run log
+            env = names[full]["job_variables"]["env"]
+            assert env["PREFECT_LOGGING_EXTRA_LOGGERS"] == "odyssey_core", full
     assert len(again) == len(deployed)
     assert {
         "train-odysseus/mario",
