@@ -66,7 +66,9 @@ __all__ = [
     "results_table",
     "run_stage",
     "run_store",
+    "sft_here_or_launched",
     "step_bar",
+    "train_here_or_launched",
     "training_dir",
 ]
 
@@ -373,6 +375,82 @@ def training_dir(work: Path, key: str) -> Path:
     train.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
     return train
+
+
+def sft_here_or_launched(
+    settings: Any,
+    dataset: Path,
+    model: Path,
+    out_dir: Path,
+    *,
+    on_metrics: Callable[[dict[str, Any]], None],
+    emit: Callable[[str], None],
+    system_prompts: Mapping[str, str] | None = None,
+) -> Any:
+    """A stage's SFT run in ``out_dir``, resuming: in this process, or under the launcher when
+    ``settings.launch`` asks for several processes (every rank's lines go to ``emit``, rank 0's
+    metrics to ``on_metrics`` as it writes them). Returns the :class:`SFTResult`."""
+    from odyssey_core.launch import LAUNCH_PRESET, run_training, sft_args, write_preset
+    from odyssey_core.sft.trainer import read_sft_result, run_sft
+
+    if not settings.launch.launched:
+        return run_sft(
+            settings,
+            dataset,
+            model,
+            out_dir,
+            resume=True,
+            callbacks=[on_metrics],
+            system_prompts=system_prompts,
+        )
+    preset = write_preset(settings, out_dir / LAUNCH_PRESET)
+    prompts_file = None
+    if system_prompts:  # the launched command reads them from a file
+        prompts_file = (out_dir / "system-prompts.json").resolve()
+        prompts_file.write_text(json.dumps(dict(system_prompts)))
+    run_training(
+        settings.launch,
+        sft_args(preset, dataset.resolve(), Path(model).resolve(), out_dir.resolve(), prompts_file),
+        emit=emit,
+        metrics_file=out_dir / "metrics.jsonl",
+        on_metrics=on_metrics,
+    )
+    return read_sft_result(out_dir)
+
+
+def train_here_or_launched(
+    recipe: str,
+    settings: Any,
+    build_trainer: Callable[..., Any],
+    out_dir: Path,
+    *,
+    on_step: Callable[[int, dict[str, float]], None],
+    emit: Callable[[str], None],
+) -> Any:
+    """A stage's RL run of ``recipe`` in ``out_dir``, resuming: ``build_trainer`` in this
+    process (returns the trained policy), or ``odyssey train --recipe recipe`` under the
+    launcher when ``settings.launch`` asks for several processes (returns None: the weights are
+    in the last checkpoint; every rank's lines go to ``emit``, each step's metrics to
+    ``on_step``)."""
+    from odyssey_core.launch import LAUNCH_PRESET, run_training, train_args, write_preset
+    from odyssey_core.rl.trainer import METRICS_FILE
+
+    if settings.launch.launched:
+        preset = write_preset(settings, out_dir / LAUNCH_PRESET)
+        run_training(
+            settings.launch,
+            train_args(recipe, preset, out_dir.resolve()),
+            emit=emit,
+            metrics_file=out_dir / METRICS_FILE,
+            on_metrics=lambda m: on_step(int(m["step"]), m),
+        )
+        return None
+    trainer = build_trainer(settings, out_dir, resume=True, callbacks=[on_step])
+    try:
+        trainer.train()
+        return trainer.policy
+    finally:
+        trainer.close()
 
 
 def step_bar(desc: str, total: int | None = None) -> Any:

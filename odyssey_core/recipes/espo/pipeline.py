@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import shutil
 from collections.abc import Callable, Mapping
@@ -66,6 +67,7 @@ from odyssey_core.stages import (
     numeric,
     register_and_gate,
     run_stage,
+    sft_here_or_launched,
 )
 
 __all__ = [
@@ -85,6 +87,7 @@ __all__ = [
 ]
 
 ESPO_STAGES = ("data", "sft", "train", "evaluate", "register")
+log = logging.getLogger(__name__)
 
 # The cold start's SFTSettings under ``sft.settings``: the paper gives one epoch and nothing
 # else; full fine-tuning at 1e-5 with a cosine schedule is our choice for a 3B model.
@@ -292,7 +295,6 @@ def stage_espo_sft(
 ) -> dict[str, Any]:
     """The cold start: returns ``model_uri`` (the SFT model), ``base_model_uri``, counts."""
     from odyssey_core.rl.policy import resolve_base_model
-    from odyssey_core.sft.trainer import run_sft
 
     settings = _train_settings(cfg)
     sft_settings = espo_sft_settings(cfg)
@@ -319,13 +321,13 @@ def stage_espo_sft(
             step = metrics.get("step")
             ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
 
-        result = run_sft(
+        result = sft_here_or_launched(
             sft_settings,
             examples,
             base,
             ctx.training_dir(),
-            resume=True,
-            callbacks=[on_metrics],
+            on_metrics=on_metrics,
+            emit=log.info,
             system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
         )
         model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")

@@ -57,6 +57,8 @@ from odyssey_core.stages import (
     numeric,
     register_and_gate,
     run_stage,
+    sft_here_or_launched,
+    train_here_or_launched,
 )
 
 __all__ = [
@@ -305,12 +307,10 @@ def gtr_sft_settings(cfg: GTRPipelineConfig, settings: Any | None = None) -> Any
 def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
     """Annotate card episodes with ``sft.corrector`` and fine-tune the base model on them;
     returns ``model_uri`` (the SFT model), ``base_model_uri``, ``dataset_uri`` and counts."""
-    from odyssey_core.launch import LAUNCH_PRESET, run_training, sft_args, write_preset
     from odyssey_core.recipes.gtr.corrector import build_corrector, check_corrector
     from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
     from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes, sft_game
     from odyssey_core.rl.policy import resolve_base_model
-    from odyssey_core.sft.trainer import read_sft_result, run_sft
 
     settings = _train_settings(cfg)
     sft_settings = gtr_sft_settings(cfg, settings)
@@ -345,36 +345,15 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
             step = metrics.get("step")
             ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
 
-        prompts = {sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)}
-        train_dir = ctx.training_dir()
-        if sft_settings.launch.launched:  # several processes: under the launcher
-            prompts_file = train_dir / "system-prompts.json"
-            prompts_file.write_text(json.dumps(prompts))
-            preset = write_preset(sft_settings, train_dir / LAUNCH_PRESET)
-            run_training(
-                sft_settings.launch,
-                sft_args(
-                    preset,
-                    dataset_dir.resolve(),
-                    Path(base).resolve(),
-                    train_dir.resolve(),
-                    prompts_file.resolve(),
-                ),
-                emit=log.info,
-                metrics_file=train_dir / "metrics.jsonl",
-                on_metrics=on_metrics,
-            )
-            result = read_sft_result(train_dir)
-        else:
-            result = run_sft(
-                sft_settings,
-                dataset_dir,
-                base,
-                train_dir,
-                resume=True,
-                callbacks=[on_metrics],
-                system_prompts=prompts,
-            )
+        result = sft_here_or_launched(
+            sft_settings,
+            dataset_dir,
+            base,
+            ctx.training_dir(),
+            on_metrics=on_metrics,
+            emit=log.info,
+            system_prompts={sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)},
+        )
         samples = int(manifest["num_samples"])
         ctx.run.log_metrics({"samples": float(samples), "sft_steps": float(result.steps)})
         model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
@@ -418,7 +397,6 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
     """GTR training with resume, after the SFT stage when ``sft.enabled``; returns
     ``checkpoint_uri`` (a plain model folder), ``base_model`` (the model before SFT and RL: a
     store URI for the built tiny model, else the configured local path) and ``sft_model``."""
-    from odyssey_core.launch import LAUNCH_PRESET, run_training, train_args, write_preset
     from odyssey_core.models.lora import merge_and_save
     from odyssey_core.recipes.gtr.corrector import check_corrector, describe_corrector
     from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
@@ -426,7 +404,6 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
     from odyssey_core.recipes.gtr.train import build_trainer
     from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
     from odyssey_core.rl.policy import build_policy
-    from odyssey_core.rl.trainer import METRICS_FILE
 
     settings = _train_settings(cfg)
     r = settings.rollout
@@ -446,23 +423,9 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
         def on_step(step: int, metrics: dict[str, float]) -> None:
             ctx.run.log_metrics(numeric(metrics), step=step)
 
-        policy = None
-        if run_settings.launch.launched:  # several processes: under the launcher
-            preset = write_preset(run_settings, train_dir / LAUNCH_PRESET)
-            run_training(
-                run_settings.launch,
-                train_args("gtr", preset, train_dir.resolve()),
-                emit=log.info,
-                metrics_file=train_dir / METRICS_FILE,
-                on_metrics=lambda m: on_step(int(m["step"]), m),
-            )
-        else:
-            trainer = build_trainer(run_settings, train_dir, resume=True, callbacks=[on_step])
-            try:
-                trainer.train()
-                policy = trainer.policy
-            finally:
-                trainer.close()
+        policy = train_here_or_launched(
+            "gtr", run_settings, build_trainer, train_dir, on_step=on_step, emit=log.info
+        )
         checkpoint = latest_checkpoint(train_dir)
         if checkpoint is None:
             raise RuntimeError(f"GTR finished without a checkpoint under {train_dir}")

@@ -50,7 +50,9 @@ from odyssey_core.stages import (
     read_marker,
     register_and_gate,
     run_stage,
+    sft_here_or_launched,
     step_bar,
+    train_here_or_launched,
 )
 
 __all__ = [
@@ -561,9 +563,7 @@ def stage_sft(
 ) -> dict[str, Any]:
     """Fine-tune the base model on the dataset; returns ``model_uri`` and ``base_model_uri``.
     With ``launch`` asking for several processes, training runs under the launcher."""
-    from odyssey_core.launch import LAUNCH_PRESET, run_training, sft_args, write_preset
     from odyssey_core.sft.settings import load_sft_settings
-    from odyssey_core.sft.trainer import read_sft_result, run_sft
 
     settings = load_sft_settings(cfg.sft.preset, cfg.sft.overrides)
 
@@ -589,20 +589,9 @@ def stage_sft(
         # resume=True: a retried or resumed run picks up the latest SFT checkpoint
         train_dir = ctx.training_dir()
         with bar:
-            if settings.launch.launched:
-                preset = write_preset(settings, train_dir / LAUNCH_PRESET)
-                run_training(
-                    settings.launch,
-                    sft_args(preset, dataset.resolve(), base.resolve(), train_dir.resolve()),
-                    emit=log.info,
-                    metrics_file=train_dir / "metrics.jsonl",
-                    on_metrics=on_metrics,
-                )
-                result = read_sft_result(train_dir)
-            else:
-                result = run_sft(
-                    settings, dataset, base, train_dir, resume=True, callbacks=[on_metrics]
-                )
+            result = sft_here_or_launched(
+                settings, dataset, base, train_dir, on_metrics=on_metrics, emit=log.info
+            )
         final = {"steps": float(result.steps)}
         for name in ("train_loss", "eval_loss"):
             if getattr(result, name) is not None:
@@ -630,10 +619,8 @@ def stage_rl(
 ) -> dict[str, Any]:
     """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``.
     With ``launch`` asking for several processes, training runs under the launcher."""
-    from odyssey_core.launch import LAUNCH_PRESET, run_training, train_args, write_preset
     from odyssey_core.recipes.odysseus.train import build_trainer
     from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
-    from odyssey_core.rl.trainer import METRICS_FILE
 
     def body(ctx: StageContext) -> dict[str, Any]:
         sft_model = ctx.fetch("model", ctx.work / "sft-model")
@@ -647,23 +634,10 @@ def stage_rl(
             advance(bar, step, progress=progress)
 
         train_dir = ctx.training_dir()
-        if settings.launch.launched:
-            preset = write_preset(settings, train_dir / LAUNCH_PRESET)
-            with bar:
-                run_training(
-                    settings.launch,
-                    train_args("odysseus", preset, train_dir.resolve()),
-                    emit=log.info,
-                    metrics_file=train_dir / METRICS_FILE,
-                    on_metrics=lambda m: on_step(int(m["step"]), m),
-                )
-        else:
-            trainer = build_trainer(settings, train_dir, resume=True, callbacks=[on_step])
-            try:
-                with bar:
-                    trainer.train()
-            finally:
-                trainer.close()
+        with bar:
+            train_here_or_launched(
+                "odysseus", settings, build_trainer, train_dir, on_step=on_step, emit=log.info
+            )
         checkpoint = latest_checkpoint(train_dir)
         if checkpoint is None:
             raise RuntimeError(f"RL finished without a checkpoint under {train_dir}")
