@@ -61,6 +61,7 @@ import numpy as np
 from odyssey_core.envs.persona.actions import GuiAction, parse_gui_answer, rescale_point
 from odyssey_core.envs.persona.episode import STAGES, EpisodeRecord, StepRecord
 from odyssey_core.envs.persona.screen import box_contains
+from odyssey_core.eval.report import markdown_table
 from odyssey_core.recipes.espo.rewards import token_f1
 
 __all__ = [
@@ -494,7 +495,7 @@ def metrics_table_markdown(
     online = any("online_success" in m for _, m in rows)
     header = ["Model", "EleAcc", "Op F1", "Step SR", "RecAcc", "Yes P / R", "Intent F1"]
     header += ["Format valid", *(["Online success"] if online else []), "Steps / episodes"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    table: list[list[str]] = []
     for name, m in rows:
         values = m.metrics
         cells = [name.replace("|", "\\|")]
@@ -505,11 +506,10 @@ def metrics_table_markdown(
         if online:
             cells.append(_percent(values.get("online_success")))
         cells.append(f"{m.n_steps} / {m.n_episodes}")
-        lines.append("| " + " | ".join(cells) + " |")
+        table.append(cells)
     confidence = next((m.confidence for _, m in rows), CONFIDENCE)
-    lines.append("")
-    lines.append(
-        f"Percent; brackets: {100 * confidence:g}% percentile bootstrap over episodes. "
+    return (
+        markdown_table(header, table)
+        + f"\n\nPercent; brackets: {100 * confidence:g}% percentile bootstrap over episodes. "
         "Yes P / R: precision / recall of Yes on recommend steps."
     )
-    return "\n".join(lines)

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from odyssey_core.config import config_dir, deep_merge, load_preset, read_preset
-from odyssey_core.envs.persona.dataset import read_dataset
+from odyssey_core.envs.persona.dataset import read_dataset, read_manifest
 from odyssey_core.eval.report import plot_training_curves
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.recipes.espo.data import resolve_dataset
@@ -239,8 +239,8 @@ def stage_espo_data(cfg: EspoPipelineConfig, *, parent_run_id: str | None = None
 
     def body(ctx: StageContext) -> dict[str, Any]:
         folder = resolve_dataset(data, ctx.work / f"data-{ctx.tag}")
-        manifest = json.loads((folder / "manifest.json").read_text())
-        counts = {s: len(read_dataset(folder, split=s)) for s in ("train", "val", "test")}
+        manifest = read_manifest(folder)
+        counts = {s: int(manifest["splits"][s]) for s in ("train", "val", "test")}
         ctx.run.log_metrics({f"episodes_{s}": float(n) for s, n in counts.items()})
         uri = ctx.publish_dir(folder, f"dataset-{ctx.tag}", ref="dataset")
         ctx.keep(folder)
@@ -547,7 +547,7 @@ def evaluate_espo_model(
     folder.mkdir(parents=True, exist_ok=True)
     pictures = [plot_metrics({label: metrics}, baselines, folder / "metrics.png")]
     for k, result in enumerate(r for r in online if r.frames):
-        video = write_online_video(result, result.frames, result.texts, folder / f"live-{k}.mp4")
+        video = write_online_video(result, folder / f"live-{k}.mp4")
         pictures += [video] if video is not None else []
     if training_run_id is not None:
         curves = plot_training_curves(

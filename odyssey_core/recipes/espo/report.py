@@ -4,7 +4,7 @@ trivial baselines beside the model) and videos of live episodes with the model's
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -69,16 +69,14 @@ def _panel(result: OnlineResult, turn: int, text: str | None, width: int = 52) -
     return lines[:30]
 
 
-def write_online_video(
-    result: OnlineResult, frames: Sequence[np.ndarray], texts: Sequence[str], path: str | Path
-) -> Path | None:
-    """An MP4 of one live episode: each screen with the answer the model gave to it, then the
-    last screen with the outcome."""
-    if not frames:
+def write_online_video(result: OnlineResult, path: str | Path) -> Path | None:
+    """An MP4 of one live episode that kept its screens (``evaluate_online(record=...)``): each
+    screen with the answer the model gave to it, then the last screen with the outcome."""
+    if not result.frames:
         return None
     path = Path(path)
     with EpisodeVideoWriter(path, fps=2.0, scale=1, panel_width=420, font_size=12) as video:
-        for turn, frame in enumerate(frames):
-            text = texts[turn] if turn < len(texts) else None
+        for turn, frame in enumerate(result.frames):
+            text = result.texts[turn] if turn < len(result.texts) else None
             video.add(frame, _panel(result, turn, text))
     return path

@@ -20,6 +20,7 @@ from pydantic import Field
 from odyssey_core.config import StrictModel, load_preset
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipes.espo.advantages import Accumulation, Combine, StdKind
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
 from odyssey_core.rl.settings import ModelSettings
 
@@ -81,26 +82,28 @@ class EspoRolloutSettings(StrictModel):
 
 
 class EspoAdvantageSection(StrictModel):
-    """How step rewards and the chain-of-user-thought reward become advantages."""
+    """How step rewards and the chain-of-user-thought reward become advantages: the
+    estimator's name and :class:`~odyssey_core.recipes.espo.advantages.EspoAdvantageSettings`'s
+    fields (eps keeps its default)."""
 
     estimator: Literal["espo", "grpo_step"] = Field(
         default="espo", description="espo: A_step + w * A_COUT; grpo_step: vanilla step GRPO"
     )
     k: float = Field(default=1.0, gt=0, description="the gates' temperature (paper: 1.0)")
     w: float = Field(default=1.0, ge=0, description="the COUT advantage weight (paper: 1.0)")
-    accumulation: Literal["signed", "centred_mean", "sum", "mean"] = Field(
+    accumulation: Accumulation = Field(
         default="signed",
         description="how a stage's step accuracies add up to S_gui / S_rec (see "
         "recipes/espo/advantages.py: signed is the only reading whose gate can close at k=1)",
     )
-    combine: Literal["broadcast", "reward_sum"] = Field(
+    combine: Combine = Field(
         default="broadcast",
         description="broadcast: A_step + w * A_COUT; reward_sum: r + w * R_COUT, then "
         "group-relative per step",
     )
     use_phi: bool = Field(default=True, description="false: the no-phi ablation")
     use_psi: bool = Field(default=True, description="false: the no-psi ablation")
-    std: Literal["population", "sample"] = Field(
+    std: StdKind = Field(
         default="sample", description="group-relative normalisation (EasyR1: sample std)"
     )
 

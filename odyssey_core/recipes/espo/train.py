@@ -154,17 +154,8 @@ class EpisodeSchedule(TrainerHook):
 
 
 def advantage_settings(s: EspoSettings) -> EspoAdvantageSettings:
-    a = s.advantage
-    return EspoAdvantageSettings(
-        gamma=1.0,
-        k=a.k,
-        w=a.w,
-        accumulation=a.accumulation,
-        combine=a.combine,
-        use_phi=a.use_phi,
-        use_psi=a.use_psi,
-        std=a.std,
-    )
+    """The estimator's settings: the preset's advantage section, less the estimator's name."""
+    return EspoAdvantageSettings(gamma=1.0, **s.advantage.model_dump(exclude={"estimator"}))
 
 
 def trainer_config(s: EspoSettings, steps: int) -> TrainerConfig:
