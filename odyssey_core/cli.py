@@ -174,8 +174,8 @@ def train_command(
         settings = load_settings(preset or config_dir() / recipe / "tiny.yaml", overrides)
     except (FileNotFoundError, ValueError) as err:
         raise click.ClickException(str(err)) from None
-    world = join_launched_world(rank_device(settings.model.device))
-    device = rank_device(settings.model.device, world)
+    device = rank_device(settings.model.device)  # the launcher's LOCAL_RANK picks the GPU
+    world = join_launched_world(device)
     settings = settings.model_copy(
         update={"model": settings.model.model_copy(update={"device": device})}
     )

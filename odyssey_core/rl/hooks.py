@@ -7,8 +7,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch.distributed as dist
-
 from odyssey_core.policy.base import PolicyBackend
 from odyssey_core.policy.weight_sync import (
     RolloutBackendSettings,
@@ -19,6 +17,7 @@ from odyssey_core.policy.weight_sync import (
     export_weights,
     weights_checksum,
 )
+from odyssey_core.rl.distributed import barrier, current_world
 from odyssey_core.rl.trainer import Trainer, TrainerHook
 from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import Starts
@@ -43,15 +42,6 @@ class CollapseMonitor(TrainerHook):
         for warning in report.warnings():
             log.warning("step %d thought collapse: %s", trainer.step + 1, warning)
         return {f"collapse/{key}": value for key, value in report.metrics.items()}
-
-
-def _rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _barrier() -> None:
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        dist.barrier()
 
 
 class WeightSync(TrainerHook):
@@ -96,8 +86,8 @@ class WeightSync(TrainerHook):
         verify = bool(self.verify_every) and self.pushes % self.verify_every == 0
         self.pushes += 1
         self.synced = True
-        if self.target.shared and _rank() != 0:
-            _barrier()
+        if self.target.shared and current_world().rank != 0:
+            barrier()
             return {}
         report = self.target.push(model, verify=verify)
         metrics = {"weight_sync/seconds": report.seconds, "weight_sync/version": report.version}
@@ -116,7 +106,7 @@ class WeightSync(TrainerHook):
                 )
             metrics["weight_sync/verified"] = 1.0
             metrics["weight_sync/bytes"] = float(served.bytes)
-        _barrier()
+        barrier()
         return metrics
 
 
