@@ -45,7 +45,14 @@ from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response
 from odyssey_core.protocol.masks import span_token_masks, token_char_offsets, token_start_offsets
 from odyssey_core.protocol.parsing import ParsedResponse, coerce_text, parse_response
 
-__all__ = ["RESPONSE_FORMATS", "EspoFormat", "GTRFormat", "OdysseusFormat", "ResponseFormat"]
+__all__ = [
+    "RESPONSE_FORMATS",
+    "EspoFormat",
+    "GTRFormat",
+    "OdysseusFormat",
+    "ResponseFormat",
+    "SpanFormat",
+]
 
 Masks = tuple[list[bool], list[bool]]
 
@@ -84,7 +91,19 @@ class ResponseFormat(ABC):
         """The token masks of a parsed answer."""
 
 
-class OdysseusFormat(ResponseFormat):
+class SpanFormat(ResponseFormat):
+    """A format whose parse gives the thought's and the answer's character spans
+    (``thought_span``, ``answer_span``): a token is thought (action) when its characters
+    overlap that span."""
+
+    def masks_of(
+        self, parsed: Any, text: str, response_ids: Sequence[int], tokenizer: Any
+    ) -> Masks:
+        offsets = token_char_offsets(text, response_ids, tokenizer)
+        return span_token_masks(offsets, parsed.thought_span, parsed.answer_span)
+
+
+class OdysseusFormat(SpanFormat):
     """``<perception>/<reasoning>/<answer>`` over an :class:`ActionSpace` of buttons."""
 
     name = "odysseus"
@@ -94,12 +113,6 @@ class OdysseusFormat(ResponseFormat):
 
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedResponse:
         return parse_response(text, self.space)
-
-    def masks_of(
-        self, parsed: ParsedResponse, text: str, response_ids: Sequence[int], tokenizer: Any
-    ) -> Masks:
-        offsets = token_char_offsets(text, response_ids, tokenizer)
-        return span_token_masks(offsets, parsed.thought_span, parsed.answer_span)
 
 
 class GTRFormat(ResponseFormat):
@@ -123,19 +136,13 @@ class GTRFormat(ResponseFormat):
         return thought, [not t for t in thought]
 
 
-class EspoFormat(ResponseFormat):
+class EspoFormat(SpanFormat):
     """The GUI agent's ``<think>`` / ``<answer>{action, point, input_text}</answer>``."""
 
     name = "espo"
 
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedGuiAnswer:
         return parse_gui_answer(text)
-
-    def masks_of(
-        self, parsed: ParsedGuiAnswer, text: str, response_ids: Sequence[int], tokenizer: Any
-    ) -> Masks:
-        offsets = token_char_offsets(text, response_ids, tokenizer)
-        return span_token_masks(offsets, parsed.thought_span, parsed.answer_span)
 
 
 #: name -> format instance, e.g. ``RESPONSE_FORMATS.get("gtr").parse(text, info)``
