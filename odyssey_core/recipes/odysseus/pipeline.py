@@ -852,24 +852,14 @@ def nightly_evaluate(
     more point of a time series in MLflow (run ``nightly-<game>``). ``regressed`` says whether
     the champion fell below its recorded score by more than ``promotion.nightly_margin``; the
     caller decides what a regression does (the flow fails and emits an event)."""
-    from odyssey_core.registry.models import ModelRegistry
-
     plan = nightly_plan(cfg, out_dir)
-    registry = ModelRegistry(cfg.mlflow_uri)
-    series, step, out = plan.series, plan.step, plan.out_dir
-    rows: dict[str, Any] = {}
-    for label, version in plan.targets.items():
-        uri = registry.checkpoint_uri(cfg.game, version)
-        evaluated = evaluate_checkpoint(cfg, uri, label, out / label)
-        rows[label] = {
-            "version": version,
-            "mean": evaluated["mean"],
-            "inference": evaluated.get("inference"),
-            "report_markdown": evaluated["report_markdown"],
-        }
-        series.log_metrics(numeric({f"{label}_mean": evaluated["mean"]}), step=step)
-        series.log_artifact(evaluated["report_dir"], f"reports/{out.name}/{label}")
-        log_fn(f"nightly {label} v{version}: mean progress {evaluated['mean']:.3f}")
+
+    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
+        evaluated = evaluate_checkpoint(cfg, uri, label, out)
+        # the series keeps one point per model and night: its mean, not the suite's metrics
+        return evaluated["mean"], {**evaluated, "metrics": {}}
+
+    rows = plan.evaluate(evaluate, "mean progress", log_fn)
     return plan.verdict(rows, f"metric.{SCORE_KEY}", cfg.promotion.nightly_margin)
 
 
