@@ -212,6 +212,7 @@ def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
     from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
+    from odyssey_core.fidelity.cli import bench_group
     from odyssey_core.models.cli import model_group
     from odyssey_core.recipes.espo.cli import espo_group
     from odyssey_core.registry.cli import registry_group
@@ -226,6 +227,7 @@ def _attach_groups() -> None:
     main.add_command(sft_command, "sft")
     main.add_command(registry_group, "registry")
     main.add_command(espo_group, "espo")
+    main.add_command(bench_group, "bench")
 
 
 _attach_groups()

@@ -1,0 +1,122 @@
+"""A fidelity report written to disk and read back: its files, and what makes one malformed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from odyssey_core.fidelity.report import (
+    FidelityReport,
+    Figure,
+    Finding,
+    Series,
+    Table,
+    check_report,
+    write_report,
+)
+from odyssey_core.fidelity.run import FidelityRun
+from odyssey_core.fidelity.stats import Verdict, seed_band
+
+
+def sample_report() -> FidelityReport:
+    band = seed_band([([0, 1, 2], [0.0, 1.0, 2.0]), ([0, 1, 2], [0.5, 1.0, 1.5])], points=3)
+    return FidelityReport(
+        name="sample",
+        title="A sample comparison",
+        paper="A paper",
+        command="odyssey bench fidelity --comparison sample",
+        setup=["two seeds", "three steps"],
+        findings=[
+            Finding("A > B", "Fig. 1", "1 ± 0.1 vs 0 ± 0.1", Verdict.HOLDS, note="by a margin"),
+            Finding("B > C", "Fig. 2", "0 ± 0.1 vs 0 ± 0.1", Verdict.CANNOT_TELL),
+        ],
+        tables=[Table("Numbers", ["method", "score"], [["A", 1.0], ["B", float("nan")]])],
+        figures=[
+            Figure("curve", "Score over steps", "step", "score", [Series.of("A", band)]),
+            Figure("bars", "Final", "method", "score", [Series("A", [0], [1.0], [0.1])], "bar"),
+        ],
+        caveats=["small model"],
+        seeds=2,
+        data={"A": [1.0, float("nan")]},
+    )
+
+
+def test_a_written_report_is_well_formed(tmp_path: Path) -> None:
+    md = write_report(sample_report(), tmp_path)
+    assert check_report(tmp_path) == []
+    text = md.read_text()
+    assert "| A > B | Fig. 1 | 1 ± 0.1 vs 0 ± 0.1 | **holds** |" in text
+    assert "![Score over steps](figures/curve.png)" in text
+    assert "| B | n/a |" in text
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 2
+    assert "cannot tell at this power" in page
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["verdicts"] == {"A > B": "holds", "B > C": "cannot tell at this power"}
+    assert data["data"]["A"] == [1.0, None]  # JSON has no NaN
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda d: (d / "report.html").unlink(), "report.html is missing"),
+        (lambda d: (d / "figures" / "bars.png").write_bytes(b"no"), "bars"),
+        (
+            lambda d: (d / "report.md").write_text("# nothing"),
+            "report.md does not state the claim 'A > B'",
+        ),
+    ],
+)
+def test_check_report_names_what_is_wrong(tmp_path: Path, damage, problem: str) -> None:
+    write_report(sample_report(), tmp_path)
+    damage(tmp_path)
+    assert any(problem in p for p in check_report(tmp_path))
+
+
+def test_check_report_rejects_an_unknown_verdict_and_no_findings(tmp_path: Path) -> None:
+    write_report(sample_report(), tmp_path)
+    path = tmp_path / "report.json"
+    data = json.loads(path.read_text())
+    data["findings"][0]["verdict"] = "probably"
+    path.write_text(json.dumps(data))
+    assert any("verdict 'probably'" in p for p in check_report(tmp_path))
+    data["findings"] = []
+    path.write_text(json.dumps(data))
+    assert "the report has no findings" in check_report(tmp_path)
+
+
+def test_cached_results_are_computed_once_and_written_whole(tmp_path: Path) -> None:
+    run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path / "work", log=lambda _: None)
+    calls = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return {"score": 1.5}
+
+    assert run.cached("m/seed 0", compute) == {"score": 1.5}
+    assert run.cached("m/seed 0", compute) == {"score": 1.5}
+    assert len(calls) == 1
+    assert [p.name for p in (tmp_path / "work" / "results").iterdir()] == ["m_seed_0.json"]
+
+
+def test_a_failed_computation_leaves_no_cached_result(tmp_path: Path) -> None:
+    run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path / "work", log=lambda _: None)
+
+    def killed() -> dict:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run.cached("m", killed)
+    assert not run.cache_path("m").exists()
+
+
+def test_run_settings_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--seeds must be at least 1"):
+        FidelityRun(out_dir=tmp_path, work_dir=tmp_path, seeds=0)
+    with pytest.raises(ValueError, match="--budget must be positive"):
+        FidelityRun(out_dir=tmp_path, work_dir=tmp_path, budget=-1)
+    run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path, quick=True)
+    assert run.budget_or(100, 2) == 2
+    assert FidelityRun(out_dir=tmp_path, work_dir=tmp_path, budget=7).budget_or(100, 2) == 7
