@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from statistics import NormalDist
 
 __all__ = [
     "LevelStats",
@@ -27,6 +28,7 @@ __all__ = [
     "level_stats",
     "mean_se",
     "relative_improvement",
+    "wilson_interval",
 ]
 
 
@@ -40,6 +42,21 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
         return mean, 0.0
     variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
     return mean, math.sqrt(variance) / math.sqrt(n)
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of ``successes / n``; (nan, nan) when ``n`` is 0."""
+    if n == 0:
+        return math.nan, math.nan
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    shrink = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / shrink
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / shrink
+    # at 0 / n and n / n the bound is exactly 0 / 1; floating point would leave ~1e-17
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from odyssey_core.eval.stats import mean_se as mean_se_of_all
+
 EMA_WEIGHT = 0.85  # Odysseus Fig. 4: curves smoothed with an exponential moving average of 0.85
 
 
@@ -30,13 +32,8 @@ class Verdict(StrEnum):
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (ddof 1; 0 for a single value, nan for none)."""
-    x = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
-    if x.size == 0:
-        return math.nan, math.nan
-    if x.size == 1:
-        return float(x[0]), 0.0
-    return float(x.mean()), float(x.std(ddof=1) / math.sqrt(x.size))
+    """Mean and standard error of the finite values (a failed seed's nan is left out)."""
+    return mean_se_of_all([v for v in values if math.isfinite(v)])
 
 
 def ema(values: Sequence[float], weight: float = EMA_WEIGHT) -> list[float]:

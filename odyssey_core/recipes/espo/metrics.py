@@ -53,7 +53,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -62,6 +61,7 @@ from odyssey_core.envs.persona.actions import GuiAction, parse_gui_answer, resca
 from odyssey_core.envs.persona.episode import STAGES, EpisodeRecord, StepRecord
 from odyssey_core.envs.persona.screen import box_contains
 from odyssey_core.eval.report import markdown_table
+from odyssey_core.eval.stats import wilson_interval
 from odyssey_core.recipes.espo.rewards import token_f1
 
 __all__ = [
@@ -222,21 +222,6 @@ class MetricValue:
     high: float
     n: int
     method: str
-
-
-def wilson_interval(successes: int, n: int, confidence: float = CONFIDENCE) -> tuple[float, float]:
-    """The Wilson score interval of ``successes / n``; (nan, nan) when ``n`` is 0."""
-    if n == 0:
-        return math.nan, math.nan
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = successes / n
-    shrink = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / shrink
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / shrink
-    # at 0 / n and n / n the bound is exactly 0 / 1; floating point would leave ~1e-17
-    low = 0.0 if successes == 0 else max(0.0, centre - half)
-    high = 1.0 if successes == n else min(1.0, centre + half)
-    return low, high
 
 
 def cluster_bootstrap(
