@@ -31,7 +31,6 @@ import argparse
 import math
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,82 +38,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from odyssey_core.agents.expert import DEFAULT_ACTIONS
-from odyssey_core.protocol.formats import RESPONSE_FORMATS
+from odyssey_core.fidelity import odysseus_engine as engine
+from odyssey_core.fidelity.odysseus_engine import EVAL_SEED, GENERATION, MIX, evaluate, mix_frames
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
-from odyssey_core.recipes.odysseus.train import build_trainer, build_vector_env, gameboy_info_extras
+from odyssey_core.recipes.odysseus.train import build_trainer
 from odyssey_core.rl.advantages import ESTIMATORS
 from odyssey_core.rl.policy import build_policy
 from odyssey_core.rl.trainer import Trainer
-from odyssey_core.rollout.collector import Collector
 
 LEVEL = "odland-1-1"
-MIX = DEFAULT_ACTIONS  # the expert's eight actions, normalised button order
-EVAL_SEED = 12345
-GENERATION = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16}
-
-
-def mix_frames(episodes: int, turns: int, seed: int) -> list[tuple[np.ndarray, str]]:
-    """(frame, task text) of every turn of ``episodes`` episodes played uniformly from MIX."""
-    from odyssey_core.envs import make_env
-
-    env = make_env(LEVEL, max_turns=turns)
-    rng = np.random.default_rng(seed)
-    seen = []
-    for _ in range(episodes):
-        observation, _ = env.reset(seed=seed)
-        for _ in range(turns):
-            seen.append((np.array(observation.image), observation.text))
-            action = MIX[rng.integers(len(MIX))]
-            observation, _, terminated, truncated, _ = env.step(action)
-            if terminated or truncated:
-                break
-    env.close()
-    return seen
 
 
 def format_warmup(
     model_dir: Path, out_dir: Path, steps: int, lr: float, batch: int, seed: int
 ) -> tuple[Path, list[float]]:
-    """Cross-entropy on formatted answers with freshly drawn MIX buttons; saves to ``out_dir``."""
-    from odyssey_core.envs.base import Observation
-    from odyssey_core.policy.hf import END_OF_TURN, HFPolicy
-    from odyssey_core.protocol import format_response
-
-    policy = HFPolicy(model_dir)
-    seen = mix_frames(episodes=6, turns=16, seed=seed)
-    prompts = []
-    for frame, text in seen:
-        inputs, _ = policy.encode([Observation(image=frame, text=text)])
-        prompts.append(inputs["input_ids"][0].tolist())
-    answers = [
-        policy.tokenizer(format_response(None, None, a) + END_OF_TURN, add_special_tokens=False)[
-            "input_ids"
-        ]
-        for a in MIX
-    ]
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=lr)
-    rng = np.random.default_rng(seed)
-    losses = []
-    for step in range(steps):
-        pick = rng.choice(len(seen), size=batch, replace=False).tolist()
-        labels = rng.integers(len(MIX), size=batch).tolist()
-        logps = policy.score(
-            [prompts[i] for i in pick],
-            [answers[j] for j in labels],
-            [seen[i][0] for i in pick],
-            micro_batch_size=batch,
-        )
-        loss = -torch.cat(logps).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        if step % 50 == 0 or step == steps - 1:
-            print(f"  warm-up step {step:4d}  nll/token {loss.item():.3f}", flush=True)
-    policy.model.save_pretrained(out_dir, safe_serialization=True)
-    policy.processor.save_pretrained(out_dir)
-    return out_dir, losses
+    """Cross-entropy on formatted answers with freshly drawn MIX buttons on frames of LEVEL
+    reached by playing MIX; saves to ``out_dir``."""
+    frames = mix_frames(LEVEL, episodes=6, turns=16, seed=seed)
+    return engine.format_warmup(model_dir, out_dir, steps, lr, batch, seed, frames=frames)
 
 
 def settings_for(
@@ -148,39 +89,6 @@ def settings_for(
             "curriculum": {"enabled": False},
         }
     )
-
-
-def evaluate(policy: Any, settings: RLTrainSettings) -> dict[str, Any]:
-    """Progress after ``max_turns`` turns over ``num_trajectories`` sampled episodes from the
-    fixed EVAL_SEED: mean, standard error, and what the policy pressed."""
-    r = settings.rollout
-    vector_env = build_vector_env(settings)
-    try:
-        collector = Collector(
-            vector_env,
-            policy,
-            r.generation,
-            max_turns=r.max_turns,
-            response_format=RESPONSE_FORMATS.get("odysseus"),
-            info_extras=gameboy_info_extras,
-        )
-        batch, _ = collector.collect(
-            r.num_trajectories, levels=[LEVEL] * r.num_trajectories, seed=EVAL_SEED
-        )
-    finally:
-        vector_env.close()
-    finals = [batch.extras[part.stop - 1]["progress"] for part in batch.episode_slices()]
-    buttons = Counter("+".join(e["buttons"]) for e in batch.extras)
-    deaths = sum(batch.extras[p.stop - 1]["life_lost"] for p in batch.episode_slices())
-    return {
-        "mean": float(np.mean(finals)),
-        "se": float(np.std(finals, ddof=1) / math.sqrt(len(finals))),
-        "a_right": buttons["a+right"] / len(batch),
-        "valid": 1.0 - float(np.mean([e["invalid_action"] for e in batch.extras])),
-        "deaths": int(deaths),
-        "buttons": buttons,
-        "turns": len(batch),
-    }
 
 
 def describe(name: str, result: dict[str, Any]) -> str:
