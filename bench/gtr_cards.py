@@ -41,102 +41,36 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from odyssey_core.config import config_dir, deep_merge
-from odyssey_core.recipes.gtr.evaluation import GTREvaluation, evaluate_gtr_policy
-from odyssey_core.recipes.gtr.settings import GTRSettings, load_gtr_settings
+from odyssey_core.config import config_dir
+from odyssey_core.fidelity.gtr import COLLAPSE_KEYS, gtr_settings, over_training, train_for
+from odyssey_core.fidelity.gtr import evaluate as evaluate_trainer
+from odyssey_core.recipes.gtr.evaluation import GTREvaluation
+from odyssey_core.recipes.gtr.settings import GTRSettings
 from odyssey_core.recipes.gtr.train import build_trainer
 from odyssey_core.rl.checkpoint import policy_dir
 from odyssey_core.rl.trainer import Trainer
 
-EVAL_SEED = 2**40  # far from every training deal (training seeds are seed * 1000003 + k)
 VARIANTS = ("rl_only", "gtr")
-COLLAPSE_KEYS = (
-    "valid_rate",
-    "distinct_1",
-    "distinct_2",
-    "duplicate_share",
-    "agreement",
-    "thought_tokens",
-)
-MAX_NEW_TOKENS = {"cards-numberline": 80, "cards-ezpoints": 128}
-
-
-def tiny_overlay() -> dict[str, Any]:
-    """configs/gtr/tiny.yaml's own keys: the CPU sizes, laid over an ablation preset."""
-    data = yaml.safe_load((config_dir() / "gtr" / "tiny.yaml").read_text())
-    data.pop("inherit", None)
-    return data
 
 
 def settings_for(
     preset: Path, env: str, model: Path, args: argparse.Namespace, lr: float
 ) -> GTRSettings:
-    overrides = deep_merge(
-        tiny_overlay(),
-        {
-            "seed": args.seed,
-            "model": {"path": str(model)},
-            "rollout": {
-                "env": env,
-                "env_kwargs": {"max_steps": args.max_steps},
-                "n_envs": 4,
-                "turns_per_step": args.turns_per_step,
-                "generation": {"max_new_tokens": args.max_new_tokens or MAX_NEW_TOKENS[env]},
-            },
-            "ppo": {
-                "lr": lr,
-                "final_lr": lr,
-                "lr_steps": 1_000_000,
-                "minibatch_size": args.turns_per_step,
-            },
-            "sft": {"batch_size": 4},
-        },
+    return gtr_settings(
+        preset,
+        env,
+        model,
+        seed=args.seed,
+        lr=lr,
+        max_steps=args.max_steps,
+        turns_per_step=args.turns_per_step,
+        max_new_tokens=args.max_new_tokens,
     )
-    return load_gtr_settings(preset, overrides)
 
 
 def evaluate(trainer: Trainer, args: argparse.Namespace) -> GTREvaluation:
-    s = GTRSettings.model_validate(trainer.config.config_dump)
-    return evaluate_gtr_policy(
-        trainer.policy,
-        s.rollout.env,
-        episodes=args.episodes,
-        seed=EVAL_SEED,
-        generation=s.rollout.generation,
-        env_kwargs=s.rollout.env_kwargs,
-        n_envs=8,
-    )
-
-
-def train_for(trainers: dict[str, Trainer], budget_s: float) -> dict[str, dict[str, Any]]:
-    """Interleave one step of each trainer until each has used ``budget_s`` of step time."""
-    spent = dict.fromkeys(trainers, 0.0)
-    history: dict[str, list[dict[str, float]]] = {name: [] for name in trainers}
-    while any(spent[n] < budget_s for n in trainers):
-        for name, trainer in trainers.items():
-            if spent[name] >= budget_s:
-                continue
-            started = time.perf_counter()
-            history[name].append(trainer.train_step())
-            spent[name] += time.perf_counter() - started
-    return {n: {"history": history[n], "seconds": spent[n]} for n in trainers}
-
-
-def over_training(history: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
-    """Collapse metrics of the training rollouts: mean over the first and last fifth of steps."""
-    k = max(1, len(history) // 5)
-
-    def mean(values: list[float]) -> float:
-        finite = [v for v in values if math.isfinite(v)]  # agreement is NaN with no valid answer
-        return float(np.mean(finite)) if finite else math.nan
-
-    out = {}
-    for key in COLLAPSE_KEYS:
-        values = [h.get(f"collapse/{key}", math.nan) for h in history]
-        out[key] = (mean(values[:k]), mean(values[-k:]))
-    return out
+    return evaluate_trainer(trainer, args.episodes)
 
 
 def pm(mean: float, se: float, digits: int = 3) -> str:
@@ -151,7 +85,7 @@ def run_env(env: str, base: Path, work: Path, args: argparse.Namespace) -> dict[
         update={"sft": warm_settings.sft.model_copy(update={"target": "full_response"})}
     )
     warm = build_trainer(warm_settings, work / "warm")
-    warm_run = train_for({"warm": warm}, args.warmup_s)["warm"]
+    warm_run = train_for({"warm": warm}, seconds=args.warmup_s)["warm"]
     checkpoint = warm.save()
     results: dict[str, Any] = {"warm": {"evaluation": evaluate(warm, args), **warm_run}}
     results["warm"]["sft_loss"] = (
@@ -167,7 +101,7 @@ def run_env(env: str, base: Path, work: Path, args: argparse.Namespace) -> dict[
         )
         for name in VARIANTS
     }
-    runs = train_for(trainers, args.budget_s)
+    runs = train_for(trainers, seconds=args.budget_s)
     for name, trainer in trainers.items():
         results[name] = {"evaluation": evaluate(trainer, args), **runs[name]}
         trainer.close()
