@@ -29,69 +29,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from odyssey_core.config import deep_merge
-from odyssey_core.envs.persona.dataset import generate_episodes, read_dataset, write_dataset
-from odyssey_core.policy.base import GenerationParams
-from odyssey_core.recipes.espo.evaluation import evaluate_offline, load_espo_policy
-from odyssey_core.recipes.espo.metrics import evaluate_outcomes
-from odyssey_core.recipes.espo.pipeline import (
-    espo_sft_settings,
-    load_espo_pipeline_config,
-    variant_overlay,
+from odyssey_core.fidelity.espo import (
+    cold_start,
+    evaluate_model,
+    history_window,
+    save_policy,
+    tiny_dataset,
+    variant_settings,
 )
-from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
-from odyssey_core.recipes.espo.settings import load_espo_settings
-from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
 from odyssey_core.recipes.espo.train import build_trainer
-from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
-from odyssey_core.rl.policy import resolve_base_model
-from odyssey_core.sft.trainer import run_sft
 
 METHODS = ("sft_only", "vanilla_grpo", "espo")
 KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "format_valid")
 
 
-def dataset(folder: Path, seed: int) -> Path:
-    if not (folder / "manifest.json").is_file():
-        write_dataset(folder, generate_episodes("tiny", seed), preset="tiny", seed=seed)
-    return folder
-
-
-def cold_start(work: Path, data: Path, seed: int, epochs: int, history: int | None) -> Path:
-    cfg = load_espo_pipeline_config("tiny", {"sft": {"epochs": epochs, "settings": {"seed": seed}}})
-    settings = load_espo_settings("tiny")
-    examples = work / "sft-data"
-    if not (examples / "manifest.json").is_file():
-        build_sft_dataset(data, read_dataset(data, split="train"), examples, history_window=history)
-    base = resolve_base_model(settings.model, work)
-    result = run_sft(
-        espo_sft_settings(cfg),
-        examples,
-        base,
-        work / "sft",
-        resume=True,
-        system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
-    )
-    return result.final_dir
-
-
 def train_interleaved(
     work: Path, data: Path, start: Path, seed: int, budget_s: float, lr: float
 ) -> tuple[dict[str, Path], dict[str, int]]:
-    common = {
-        "seed": seed,
-        "epochs": 50,  # the budget ends training, not the epochs
-        "model": {"path": str(start)},
-        "data": {"dataset": str(data)},
-        "grpo": {"lr": lr},
-        "checkpoint_every": 10_000,
-    }
-    grpo = variant_overlay("vanilla_grpo")["train"]["overrides"]
+    """Vanilla GRPO and ESPO one step each in turn until each has spent ``budget_s`` seconds
+    of its own step time (CPU noise hits both alike)."""
+    more = {"grpo": {"lr": lr}}
     trainers = {
-        "vanilla_grpo": build_trainer(
-            load_espo_settings("tiny", deep_merge(common, grpo)), work / "vanilla_grpo"
-        ),
-        "espo": build_trainer(load_espo_settings("tiny", common), work / "espo"),
+        name: build_trainer(variant_settings(name, start, data, seed, more), work / name)
+        for name in METHODS[1:]
     }
     spent = dict.fromkeys(trainers, 0.0)
     try:
@@ -102,30 +62,11 @@ def train_interleaved(
                 t0 = time.perf_counter()
                 trainer.train_step()
                 spent[name] += time.perf_counter() - t0
-        models = {}
-        for name, trainer in trainers.items():
-            trainer.save()
-            checkpoint = latest_checkpoint(trainer.out_dir)
-            assert checkpoint is not None
-            models[name] = policy_dir(checkpoint)
+        models = {name: save_policy(trainer) for name, trainer in trainers.items()}
         return models, {name: t.step for name, t in trainers.items()}
     finally:
         for trainer in trainers.values():
             trainer.close()
-
-
-def evaluate(model: Path, data: Path, max_new_tokens: int, history: int | None) -> Any:
-    settings = load_espo_settings("tiny")
-    policy = load_espo_policy(model, image_size=settings.model.image_size)
-    generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    episodes, outcomes = [], []
-    for split in ("train", "val", "test"):
-        chosen = read_dataset(data, split=split)
-        episodes += chosen
-        outcomes += evaluate_offline(
-            policy, data, chosen, split=split, generation=generation, history_window=history
-        )
-    return evaluate_outcomes(outcomes, episodes=episodes, resamples=1000)
 
 
 def mean_se(values: list[float]) -> str:
@@ -147,19 +88,22 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     work = args.work or Path(tempfile.mkdtemp(prefix="espo-bench-"))
-    train_data = dataset(work / "data-train", 0)
-    eval_data = dataset(work / f"data-eval-{args.eval_seed}", args.eval_seed)
-    history = load_espo_settings("tiny").rollout.history_window
+    train_data = tiny_dataset(work / "data-train", 0)
+    eval_data = tiny_dataset(work / f"data-eval-{args.eval_seed}", args.eval_seed)
+    history = history_window()
     rows: dict[str, list[Any]] = {m: [] for m in METHODS}
     steps: dict[str, list[int]] = {m: [] for m in METHODS[1:]}
     started = time.perf_counter()
     for seed in range(args.seeds):
         seed_dir = work / f"seed-{seed}"
-        start = cold_start(seed_dir, train_data, seed, args.sft_epochs, history)
+        start = cold_start(seed_dir, train_data, seed, epochs=args.sft_epochs, history=history)
         models, done = train_interleaved(seed_dir, train_data, start, seed, args.budget_s, args.lr)
         models = {"sft_only": start, **models}
         for name in METHODS:
-            rows[name].append(evaluate(models[name], eval_data, args.max_new_tokens, history))
+            metrics = evaluate_model(
+                models[name], eval_data, max_new_tokens=args.max_new_tokens, history=history
+            )
+            rows[name].append(metrics)
         for name, n in done.items():
             steps[name].append(n)
         print(f"seed {seed} done after {time.perf_counter() - started:.0f} s", flush=True)

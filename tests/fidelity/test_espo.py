@@ -1,0 +1,71 @@
+"""The ESPO fidelity comparison end to end at its quick size: the report is well formed and
+carries every claim and figure, and a rerun reads every (variant, seed) result from the cache.
+No test looks at what the numbers or verdicts say."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from odyssey_core.fidelity import espo
+from odyssey_core.fidelity.report import check_report, write_report
+from odyssey_core.fidelity.run import FidelityRun
+
+torch.set_num_threads(1)
+
+EXPECTED_CLAIMS = (
+    "ESPO beats vanilla GRPO from the same cold start (Step SR)",
+    "RL with ESPO beats the SFT cold start alone (Step SR)",
+    "removing the COUT reward (w = 0) makes ESPO worse (Step SR)",
+    "removing intent confidence phi from COUT makes ESPO worse (Step SR)",
+    "removing intent contribution psi from COUT makes ESPO worse (Step SR)",
+    "more SFT epochs improve GUI grounding over the cold start (EleAcc)",
+)
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[FidelityRun, Path]:
+    """One quick run with two seeds, its report written."""
+    tmp = tmp_path_factory.mktemp("espo-fidelity")
+    run = FidelityRun(out_dir=tmp / "out", work_dir=tmp / "work", seeds=2, quick=True)
+    report = espo.run_espo(run)
+    write_report(report, run.out_dir)
+    return run, run.out_dir
+
+
+def test_quick_report_is_well_formed_with_every_claim_and_figure(
+    quick_run: tuple[FidelityRun, Path],
+) -> None:
+    import json
+
+    _, out = quick_run
+    assert check_report(out) == []
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    claims = {f["claim"] for f in data["findings"]}
+    assert set(EXPECTED_CLAIMS) <= claims
+    assert {f"eval_{k}" for k in espo.METRIC_KEYS} | {"training_reward"} <= set(
+        data["figure_files"]
+    )
+    results = data["data"]["results"]
+    assert set(results) == set(espo.VARIANTS)
+    assert all(len(per_seed) == 2 for per_seed in results.values())
+    for variant in espo.RL_VARIANTS:  # equal RL steps, a curve point per step
+        assert all(r["rl_steps"] == espo.QUICK_SIZES.rl_steps for r in results[variant])
+        assert all(len(r["curve"]) == r["rl_steps"] for r in results[variant])
+
+
+def test_rerun_reads_every_result_from_the_cache(
+    quick_run: tuple[FidelityRun, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, _ = quick_run
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a cached (variant, seed) result was computed again")
+
+    monkeypatch.setattr(espo, "train_and_evaluate", fail)
+    monkeypatch.setattr(espo, "cold_start", fail)
+    again = FidelityRun(out_dir=run.out_dir / "again", work_dir=run.work_dir, seeds=2, quick=True)
+    report = espo.run_espo(again)
+    assert {f.claim for f in report.findings} >= set(EXPECTED_CLAIMS)
