@@ -11,6 +11,7 @@ import click
 
 from odyssey_core.fidelity import COMPARISONS, PAPERS, FidelityRun, comparisons_of
 from odyssey_core.fidelity.report import check_report, write_report
+from odyssey_core.fidelity.run import one_torch_thread
 
 BUDGET_UNITS = (
     "Its unit is the comparison's own: turn samples per run for the Odysseus comparisons, "
@@ -94,7 +95,8 @@ def fidelity_command(
             log=lambda line: click.echo(line, err=True),
         )
         click.echo(f"[fidelity] {name}: {seeds} seed(s), {'quick' if quick else 'default'} size")
-        report = COMPARISONS.get(name)(run)
+        with one_torch_thread():
+            report = COMPARISONS.get(name)(run)
         report.elapsed_s = time.perf_counter() - started
         path = write_report(report, run.out_dir)
         problems = check_report(run.out_dir)

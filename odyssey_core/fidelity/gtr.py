@@ -559,8 +559,8 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
         "are uniform and independent, unlike GPT-4o's.",
         "The policy is a tiny random Qwen3-VL, not LLaVA-7b; a few CPU RL steps are far from "
         "the paper's 15k, so thought collapse has little time to show.",
-        "Verdicts are Welch tests over a few training seeds: 'cannot tell' is the expected "
-        "answer at this power for small gaps.",
+        "Verdicts are one-sided Welch tests over the training seeds' numbers: a gap smaller "
+        "than the seeds' spread reads 'cannot tell', whatever its sign.",
     ]
     return FidelityReport(
         name="gtr",

@@ -19,8 +19,6 @@ from __future__ import annotations
 import csv
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -130,20 +128,6 @@ QUICK = OdysseusSize(
     sb3_rollout=16,
     sb3_minibatch=8,
 )
-
-
-@contextmanager
-def _one_thread() -> Iterator[None]:
-    """Torch on one intra-op thread (restored after): on a small CPU machine the model's
-    threads otherwise fight the emulators and each other."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def size_of(run: FidelityRun) -> OdysseusSize:
@@ -392,11 +376,6 @@ def _band_figure(
 
 def run_estimators(run: FidelityRun) -> FidelityReport:
     """Fig. 4a at CPU scale: seven estimators, equal turn-sample budget, seeds, error bars."""
-    with _one_thread():
-        return _estimators_report(run)
-
-
-def _estimators_report(run: FidelityRun) -> FidelityReport:
     size, budget, seeds = size_of(run), budget_of(run), run.seed_list()
     warm = {seed: warm_result(run, seed) for seed in seeds}
     results = {
@@ -518,8 +497,8 @@ def _estimators_report(run: FidelityRun) -> FidelityReport:
         "The paper trains Qwen3-VL-8B for 0.38M turn samples; this trains a tiny random model "
         f"for {budget} turn samples per run. A ranking here says which estimator moves a "
         "policy with no priors in a few steps, not which one scales.",
-        "With so few steps the verdicts are mostly 'cannot tell at this power'; more seeds "
-        "(--seeds) and a larger --budget are the way to power.",
+        f"Each verdict rests on {len(seeds)} seed(s) of {budget} turn samples per method; more "
+        "seeds (--seeds) and a larger --budget are what give a test more power.",
         "Wall clock is of RL steps only on a shared CPU; the critic's cost share differs on GPUs.",
     ]
     return FidelityReport(
@@ -655,11 +634,6 @@ def sb3_result(run: FidelityRun, action_set: str, seed: int, budget: int) -> dic
 
 def run_sb3(run: FidelityRun) -> FidelityReport:
     """Fig. 4b at CPU scale: VLM RL (ppo_critic_pos) vs SB3 PPO (CNN) on both action sets."""
-    with _one_thread():
-        return _sb3_report(run)
-
-
-def _sb3_report(run: FidelityRun) -> FidelityReport:
     size, budget, seeds = size_of(run), budget_of(run), run.seed_list()
     vlm = [_vlm_for_sb3(run, seed, budget) for seed in seeds]
     sb3 = {a: [sb3_result(run, a, seed, budget) for seed in seeds] for a in SB3_ACTION_SETS}

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,3 +61,17 @@ class FidelityRun:
         partial.write_text(json.dumps(result), encoding="utf-8")
         os.replace(partial, path)  # atomic: a kill never leaves half a result behind
         return result
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one intra-op thread, restored after. On a small CPU machine a tiny model gains
+    nothing from more, and its threads fight the emulators and the envs for the cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)

@@ -7,13 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 from odyssey_core.fidelity import espo
 from odyssey_core.fidelity.report import check_report, write_report
 from odyssey_core.fidelity.run import FidelityRun
-
-torch.set_num_threads(1)
 
 EXPECTED_CLAIMS = (
     "ESPO beats vanilla GRPO from the same cold start (Step SR)",

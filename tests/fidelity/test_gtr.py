@@ -7,11 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from odyssey_core.fidelity import COMPARISONS, FidelityRun, check_report, gtr, write_report
-
-torch.set_num_threads(1)  # the tiny model gains nothing from threads on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")

@@ -120,3 +120,18 @@ def test_run_settings_are_checked(tmp_path: Path) -> None:
     run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path, quick=True)
     assert run.budget_or(100, 2) == 2
     assert FidelityRun(out_dir=tmp_path, work_dir=tmp_path, budget=7).budget_or(100, 2) == 7
+
+
+def test_one_torch_thread_restores_the_thread_count() -> None:
+    import torch
+
+    from odyssey_core.fidelity.run import one_torch_thread
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with one_torch_thread():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
