@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odyssey_core.eval.report import html_table, markdown_table
 from odyssey_core.fidelity.stats import Band, Verdict
 
 REPORT_FILES = ("report.md", "report.html", "report.json")
@@ -97,11 +98,12 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-    def line(cells: Sequence[Any]) -> str:
-        return "| " + " | ".join(_cell(c).replace("|", "\\|") for c in cells) + " |"
+def _cells(rows: Sequence[Sequence[Any]]) -> list[list[str]]:
+    return [[_cell(c).replace("|", "\\|") for c in row] for row in rows]
 
-    return [line(headers), "|" + "---|" * len(headers), *(line(r) for r in rows)]
+
+def _md_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+    return markdown_table(headers, _cells(rows)).splitlines()
 
 
 def plot_figure(figure: Figure, path: Path) -> Path:
@@ -168,11 +170,7 @@ def to_markdown(report: FidelityReport, figure_paths: dict[str, str]) -> str:
 
 
 def _html_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return html_table(headers, [[_cell(c) for c in row] for row in rows])
 
 
 def to_html(report: FidelityReport, pngs: dict[str, Path]) -> str:
