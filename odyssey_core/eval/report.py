@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from odyssey_core.common.tables import html_table, markdown_table, terminal_table
 from odyssey_core.eval.collapse import collapse_from_turns
 from odyssey_core.eval.runner import EpisodeRecord, EvalResults
 from odyssey_core.eval.stats import LevelStats, TableStats
@@ -95,29 +96,6 @@ def table_rows(table: TableStats, *, gained: bool = False) -> tuple[list[str], l
             row.append("")
         rows.append(row)
     return header, rows
-
-
-def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def html_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def terminal_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain aligned table for the console."""
-    widths = [max(len(str(r[k])) for r in [header, *rows]) for k in range(len(header))]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*header), "  ".join("-" * w for w in widths)]
-    lines += [fmt.format(*row) for row in rows]
-    return "\n".join(lines)
 
 
 def outcome_rows(results: EvalResults, section_index: int) -> tuple[list[str], list[list[str]]]:

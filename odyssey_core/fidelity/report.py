@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odyssey_core.eval.report import html_table, markdown_table
+from odyssey_core.common.tables import html_table, markdown_table
 from odyssey_core.fidelity.stats import Band, Verdict
 
 REPORT_FILES = ("report.md", "report.html", "report.json")
