@@ -625,7 +625,7 @@ def run_espo(run: FidelityRun) -> FidelityReport:
         "held-out Step SR (the curve is in the figures).",
         "The trivial baselines (always yes / no, first item, coin) give the RecAcc floor.",
         "When two variants score exactly the same on every seed (e.g. both 0), the ordering "
-        "test reads 'A > B' as not holding: equal is not above.",
+        "test cannot tell: a measure at its floor has no power to show a gap.",
     ]
     return FidelityReport(
         name="espo",

@@ -152,10 +152,11 @@ def ordering(
 ) -> OrderingTest:
     """Test the claim ``A relation B`` on per-seed numbers (see the module docstring).
 
-    ``>``: holds when A is significantly above B, does not hold when A is significantly below
-    or the two are equal to the last digit. ``>=``: does not hold only when A is significantly
-    below B; A significantly above holds, and a gap inside the noise cannot tell. Fewer than two
-    seeds on either side cannot tell."""
+    ``>``: holds when A is significantly above B, does not hold when A is significantly below.
+    Two identical constants (every seed of both at 0, say) cannot tell: a measure that does not
+    vary, usually a floor, has no power to show a gap. ``>=``: does not hold only when A is
+    significantly below B; A significantly above, or identical constants, hold, and a gap inside
+    the noise cannot tell. Fewer than two seeds on either side cannot tell."""
     if relation not in (">", ">="):
         raise ValueError(f"relation must be '>' or '>=', got {relation!r}")
     mean_a, se_a = mean_se(a)
@@ -167,9 +168,8 @@ def ordering(
         verdict = Verdict.HOLDS
     elif p_less < alpha:
         verdict = Verdict.DOES_NOT_HOLD
-    elif se_a == 0 and se_b == 0 and mean_a == mean_b:
-        # identical constants: exactly equal, so A >= B holds and A > B does not
-        verdict = Verdict.HOLDS if relation == ">=" else Verdict.DOES_NOT_HOLD
+    elif se_a == 0 and se_b == 0 and mean_a == mean_b and relation == ">=":
+        verdict = Verdict.HOLDS  # identical constants: exactly equal satisfies A >= B
     else:
         verdict = Verdict.CANNOT_TELL
     return OrderingTest(
