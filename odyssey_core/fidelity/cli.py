@@ -98,6 +98,7 @@ def fidelity_command(
         with one_torch_thread():
             report = COMPARISONS.get(name)(run)
         report.elapsed_s = time.perf_counter() - started
+        report.cached_results, report.computed_results = run.cache_hits, run.cache_misses
         path = write_report(report, run.out_dir)
         problems = check_report(run.out_dir)
         if problems:

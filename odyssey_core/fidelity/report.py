@@ -83,6 +83,8 @@ class FidelityReport:
     seeds: int = 0
     quick: bool = False
     elapsed_s: float = 0.0
+    cached_results: int = 0  # of the results behind it, how many an earlier run computed
+    computed_results: int = 0
     data: dict[str, Any] = field(default_factory=dict)  # raw per-seed numbers
 
     @property
@@ -138,13 +140,21 @@ def plot_figure(figure: Figure, path: Path) -> Path:
     return path
 
 
+def _provenance(report: FidelityReport) -> str:
+    """How long this writing took, and how much of the work an earlier run did."""
+    line = f"Wall clock: {report.elapsed_s / 60:.1f} min"
+    if report.cached_results:
+        total = report.cached_results + report.computed_results
+        line += f" ({report.cached_results} of {total} results read from an earlier run's cache)"
+    return line + "."
+
+
 def to_markdown(report: FidelityReport, figure_paths: dict[str, str]) -> str:
     size = "quick (a smoke size: no reading)" if report.quick else "default"
     lines = [
         f"# {report.title}",
         "",
-        f"Paper: {report.paper}. Seeds: {report.seeds}. Size: {size}. "
-        f"Wall clock: {report.elapsed_s / 60:.1f} min.",
+        f"Paper: {report.paper}. Seeds: {report.seeds}. Size: {size}. {_provenance(report)}",
         "",
         f"Command: `{report.command}`",
         "",
@@ -185,7 +195,7 @@ def to_html(report: FidelityReport, pngs: dict[str, Path]) -> str:
         f"<h1>{esc(report.title)}</h1>",
         f"<p>Paper: {esc(report.paper)}. Seeds: {report.seeds}. "
         f"{'Quick size (a smoke size: no reading). ' if report.quick else ''}"
-        f"Wall clock: {report.elapsed_s / 60:.1f} min.</p>",
+        f"{esc(_provenance(report))}</p>",
         f"<p>Command: <code>{esc(report.command)}</code></p>",
         "<h2>Claims, measurements, verdicts</h2><table><thead><tr><th>claim</th><th>where</th>"
         "<th>measured (mean ± s.e. over seeds)</th><th>verdict</th></tr></thead><tbody>",

@@ -25,6 +25,8 @@ class FidelityRun:
     quick: bool = False
     command: str = ""
     log: Callable[[str], None] = field(default=print)
+    cache_hits: int = 0  # results read back from an earlier run
+    cache_misses: int = 0  # results computed by this one
 
     def __post_init__(self) -> None:
         self.out_dir = Path(self.out_dir)
@@ -54,8 +56,10 @@ class FidelityRun:
         path = self.cache_path(key)
         if path.is_file():
             self.log(f"[fidelity] {key}: from {path}")
+            self.cache_hits += 1
             return json.loads(path.read_text(encoding="utf-8"))
         result = compute()
+        self.cache_misses += 1
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(".json.partial")
         partial.write_text(json.dumps(result), encoding="utf-8")

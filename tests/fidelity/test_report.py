@@ -49,6 +49,7 @@ def test_a_written_report_is_well_formed(tmp_path: Path) -> None:
     text = md.read_text()
     assert "| A > B | Fig. 1 | 1 ± 0.1 vs 0 ± 0.1 | **holds** |" in text
     assert "![Score over steps](figures/curve.png)" in text
+    assert "from an earlier run's cache" not in text
     assert "| B | n/a |" in text
     page = (tmp_path / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 2
@@ -98,6 +99,7 @@ def test_cached_results_are_computed_once_and_written_whole(tmp_path: Path) -> N
     assert run.cached("m/seed 0", compute) == {"score": 1.5}
     assert run.cached("m/seed 0", compute) == {"score": 1.5}
     assert len(calls) == 1
+    assert (run.cache_hits, run.cache_misses) == (1, 1)
     assert [p.name for p in (tmp_path / "work" / "results").iterdir()] == ["m_seed_0.json"]
 
 
@@ -135,3 +137,10 @@ def test_one_torch_thread_restores_the_thread_count() -> None:
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_report_says_how_much_came_from_the_cache(tmp_path: Path) -> None:
+    report = sample_report()
+    report.elapsed_s, report.cached_results, report.computed_results = 90.0, 3, 1
+    text = write_report(report, tmp_path).read_text()
+    assert "Wall clock: 1.5 min (3 of 4 results read from an earlier run's cache)." in text
