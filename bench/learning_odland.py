@@ -229,10 +229,11 @@ def main() -> None:
     print(header)
     for (name, s, half, after), se in zip(rows, se_of, strict=True):
         diff = after["mean"] - before["mean"]
+        z = diff / se if se > 0 else math.nan  # a constant evaluation has no spread
         print(
             f"{name:15s} {s['steps']:5d} {half['mean']:6.1f} +- {half['se']:4.1f} "
             f"{after['mean']:6.1f} +- {after['se']:4.1f} {diff:6.1f} "
-            f"{diff / se:5.1f} {after['a_right']:7.0%} {s['ev_pre']:6.3f} {s['ev_fit']:6.3f} "
+            f"{z:5.1f} {after['a_right']:7.0%} {s['ev_pre']:6.3f} {s['ev_fit']:6.3f} "
             f"{s['critic_share']:7.1%} {s['skipped']:5.0%} {s['step_s']:6.1f} "
             f"{s['rollout_s']:7.1f} {s['old_s']:6.1f} {s['update_s']:6.1f}"
         )
