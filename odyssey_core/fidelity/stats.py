@@ -119,6 +119,12 @@ class OrderingTest:
         )
 
 
+def _flat(se_a: float, se_b: float, mean_a: float, mean_b: float) -> bool:
+    """Both samples constant, to rounding: a t statistic would divide by float noise."""
+    tolerance = 1e-9 * max(1.0, abs(mean_a), abs(mean_b))
+    return se_a <= tolerance and se_b <= tolerance
+
+
 def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """Welch's t and its one-sided p values (greater, less); nan when it is undefined."""
     from scipy import stats
@@ -129,10 +135,10 @@ def _welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]
         return math.nan, math.nan, math.nan
     mean_a, se_a = mean_se(a)
     mean_b, se_b = mean_se(b)
-    if se_a == 0 and se_b == 0:
+    if _flat(se_a, se_b, mean_a, mean_b):
         # constant samples: the difference is exact, so a difference is certain either way
         diff = mean_a - mean_b
-        if diff == 0:
+        if math.isclose(mean_a, mean_b):
             return 0.0, 0.5, 0.5
         return math.copysign(math.inf, diff), float(diff <= 0), float(diff >= 0)
     result = stats.ttest_ind(a, b, equal_var=False)
@@ -168,7 +174,7 @@ def ordering(
         verdict = Verdict.HOLDS
     elif p_less < alpha:
         verdict = Verdict.DOES_NOT_HOLD
-    elif se_a == 0 and se_b == 0 and mean_a == mean_b and relation == ">=":
+    elif _flat(se_a, se_b, mean_a, mean_b) and math.isclose(mean_a, mean_b) and relation == ">=":
         verdict = Verdict.HOLDS  # identical constants: exactly equal satisfies A >= B
     else:
         verdict = Verdict.CANNOT_TELL

@@ -101,3 +101,10 @@ def test_combine_fails_on_any_failure_and_holds_only_when_all_hold() -> None:
     assert combine([h, c]) is c
     assert combine([h, c, n]) is n
     assert combine([]) is c
+
+
+def test_ordering_treats_rounding_noise_as_constant() -> None:
+    # 0.1 + 0.2 != 0.3 in floating point: the spread is rounding, not seeds
+    a, b = [0.1 + 0.2, 0.3], [0.3, 0.3]
+    assert ordering("a", a, "b", b, ">").verdict is Verdict.CANNOT_TELL
+    assert ordering("a", a, "b", b, ">=").verdict is Verdict.HOLDS
