@@ -433,7 +433,26 @@ def _finding(
     return Finding(claim, source, f"{METRIC_LABELS[key]}: {test.measurement()}", test.verdict, note)
 
 
+def intent_never_scored(results: dict[str, list[dict[str, Any]]]) -> bool:
+    """No COUT-variant training step scored any intent accuracy: R_COUT was 0 throughout, so
+    its advantage was 0 and the COUT ablations trained exactly as ESPO did."""
+    values = [
+        point["intent_acc"]
+        for variant in ("espo", "no_cout", "no_phi", "no_psi")
+        for run in results.get(variant, [])
+        for point in run["curve"]
+    ]
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and max(finite) == 0.0
+
+
 def _findings(results: dict[str, list[dict[str, Any]]]) -> list[Finding]:
+    no_cout_signal = (
+        "intent accuracy was 0 on every training step, so R_COUT and its advantage were 0: "
+        "this ablation trained exactly as ESPO did"
+        if intent_never_scored(results)
+        else ""
+    )
     findings = [
         _finding(
             "ESPO beats vanilla GRPO from the same cold start (Step SR)",
@@ -499,7 +518,8 @@ def _findings(results: dict[str, list[dict[str, Any]]]) -> list[Finding]:
             results,
             "espo",
             "no_cout",
-            note="the paper shows this on training-reward curves; we judge held-out Step SR",
+            note="the paper shows this on training-reward curves; we judge held-out Step SR"
+            + (f"; {no_cout_signal}" if no_cout_signal else ""),
         ),
         _finding(
             "removing intent confidence phi from COUT makes ESPO worse (Step SR)",
@@ -507,6 +527,7 @@ def _findings(results: dict[str, list[dict[str, Any]]]) -> list[Finding]:
             results,
             "espo",
             "no_phi",
+            note=no_cout_signal,
         ),
         _finding(
             "removing intent contribution psi from COUT makes ESPO worse (Step SR)",
@@ -514,6 +535,7 @@ def _findings(results: dict[str, list[dict[str, Any]]]) -> list[Finding]:
             results,
             "espo",
             "no_psi",
+            note=no_cout_signal,
         ),
     ]
     return findings

@@ -66,3 +66,15 @@ def test_rerun_reads_every_result_from_the_cache(
     again = FidelityRun(out_dir=run.out_dir / "again", work_dir=run.work_dir, seeds=2, quick=True)
     report = espo.run_espo(again)
     assert {f.claim for f in report.findings} >= set(EXPECTED_CLAIMS)
+
+
+def test_intent_never_scored_reads_the_cout_variants_training_curves() -> None:
+    def runs(*intent: float) -> list[dict]:
+        return [{"curve": [{"intent_acc": v} for v in intent]}]
+
+    zero = {v: runs(0.0, 0.0) for v in ("espo", "no_cout", "no_phi", "no_psi")}
+    assert espo.intent_never_scored(zero)
+    assert not espo.intent_never_scored({**zero, "no_phi": runs(0.0, 0.25)})
+    assert not espo.intent_never_scored({v: [{"curve": []}] for v in zero})  # no steps: no claim
+    # vanilla GRPO has no COUT term; its intent accuracy does not count
+    assert espo.intent_never_scored({**zero, "vanilla_grpo": runs(0.5)})
