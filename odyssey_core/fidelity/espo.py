@@ -32,7 +32,7 @@ from odyssey_core.envs.persona.dataset import generate_episodes, read_dataset, w
 from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.fidelity.report import FidelityReport, Figure, Finding, Series, Table
 from odyssey_core.fidelity.run import FidelityRun
-from odyssey_core.fidelity.stats import combine, mean_se, ordering, seed_band
+from odyssey_core.fidelity.stats import combine, format_mean_se, mean_se, ordering, seed_band
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.recipes.espo.evaluation import evaluate_offline, load_espo_policy
 from odyssey_core.recipes.espo.metrics import EspoMetrics, evaluate_outcomes, trivial_baselines
@@ -385,6 +385,10 @@ def sft_tag(epochs: int | None, max_steps: int | None) -> str:
     return tag + (f"-max{max_steps}" if max_steps is not None else "")
 
 
+def percent_mean_se(values: list[float]) -> str:
+    return format_mean_se(values, digits=1, scale=100)
+
+
 def cache_key(variant: str, seed: int, steps: int, sizes: EspoSizes, quick: bool) -> str:
     """Everything a (variant, seed) result depends on: the RL steps and both SFT sizes."""
     sft = sft_tag(sizes.sft_epochs, sizes.sft_max_steps)
@@ -402,13 +406,6 @@ def _values(results: dict[str, list[dict[str, Any]]], variant: str, key: str) ->
         value = r["metrics"].get(key, {}).get("value")
         out.append(math.nan if value is None else float(value))
     return out
-
-
-def _pm(values: list[float]) -> str:
-    mean, se = mean_se(values)
-    if not math.isfinite(mean):
-        return "n/a"
-    return f"{100 * mean:.1f} ± {100 * se:.1f}"
 
 
 def _baseline_rows(eval_data: Path, limit: int | None, resamples: int) -> list[list[Any]]:
@@ -599,7 +596,7 @@ def run_espo(run: FidelityRun) -> FidelityReport:
     eval_data = tiny_dataset(run.work_dir / f"data-eval-{EVAL_DATA_SEED}", EVAL_DATA_SEED)
     rows = []
     for variant in VARIANTS:
-        cells = [_pm(_values(results, variant, k)) for k in METRIC_KEYS]
+        cells = [percent_mean_se(_values(results, variant, k)) for k in METRIC_KEYS]
         rl = [r["rl_steps"] for r in results[variant]]
         wall = mean_se([r["train_s"] for r in results[variant]])[0]
         rows.append([LABELS[variant], *cells, f"{sum(rl) / len(rl):g}", f"{wall:.0f}"])

@@ -38,7 +38,7 @@ from odyssey_core.config import config_dir, deep_merge
 from odyssey_core.eval.stats import wilson_interval
 from odyssey_core.fidelity.report import FidelityReport, Figure, Finding, Series, Table
 from odyssey_core.fidelity.run import FidelityRun
-from odyssey_core.fidelity.stats import combine, mean_se, ordering, seed_band
+from odyssey_core.fidelity.stats import combine, format_mean_se, mean_se, ordering, seed_band
 from odyssey_core.recipes.gtr.corrector import (
     CorrectorConfigError,
     build_corrector,
@@ -169,19 +169,12 @@ def train_for(
     return {n: {"history": history[n], "seconds": spent[n]} for n in trainers}
 
 
-def _finite_mean(values: list[float]) -> float:
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return float(np.mean(finite)) if finite else math.nan
-
-
 def over_training(history: list[dict[str, float]]) -> dict[str, tuple[float, float]]:
     """Collapse metrics of the training rollouts: mean over the first and last fifth of steps."""
-    k = max(1, len(history) // 5)
-    out = {}
-    for key in COLLAPSE_KEYS:
-        values = [h.get(f"collapse/{key}", math.nan) for h in history]
-        out[key] = (_finite_mean(values[:k]), _finite_mean(values[-k:]))
-    return out
+    return {
+        key: first_and_last_fifth([h.get(f"collapse/{key}", math.nan) for h in history])
+        for key in COLLAPSE_KEYS
+    }
 
 
 class TaskOutcome(TrainerHook):
@@ -375,14 +368,10 @@ def train_and_evaluate(
     }
 
 
-def _pm(values: list[float], digits: int = 3) -> str:
-    m, s = mean_se(values)
-    return "n/a" if not math.isfinite(m) else f"{m:.{digits}f} ± {s:.{digits}f}"
-
-
-def _fifths(curve: list[float]) -> tuple[float, float]:
+def first_and_last_fifth(curve: list[float]) -> tuple[float, float]:
+    """The mean of the finite values over the first and over the last fifth of a curve."""
     k = max(1, len(curve) // 5)
-    return _finite_mean(curve[:k]), _finite_mean(curve[-k:])
+    return mean_se(curve[:k])[0], mean_se(curve[-k:])[0]
 
 
 def run_gtr(run: FidelityRun) -> FidelityReport:
@@ -417,7 +406,7 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
     figures: list[Figure] = []
     for env, by_method in results.items():
         rate = {
-            m: [_finite_mean([float(x) for x in r["successes"]]) for r in per.values()]
+            m: [mean_se([float(x) for x in r["successes"]])[0] for r in per.values()]
             for m, per in by_method.items()
         }
         for a, b, source in (("GTR", "RL4VLM", "GTR Table 1"), ("GTR", "SFT-only", "GTR Fig. 6")):
@@ -434,7 +423,7 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
                 )
             )
         first_last = {
-            m: [_fifths(r["curve"]["distinct_2"]) for r in per.values()]
+            m: [first_and_last_fifth(r["curve"]["distinct_2"]) for r in per.values()]
             for m, per in by_method.items()
         }
         rl_falls = ordering(
@@ -470,11 +459,15 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
                 [
                     m,
                     len(per),
-                    _pm(rate[m]),
+                    format_mean_se(rate[m]),
                     f"[{low:.2f}, {high:.2f}] of {len(pooled)}",
-                    _pm([r["summary"]["mean_return"] for r in per.values()], 2),
-                    _pm([r["summary"].get("collapse/valid_rate", math.nan) for r in per.values()]),
-                    _pm([r["summary"].get("collapse/distinct_2", math.nan) for r in per.values()]),
+                    format_mean_se([r["summary"]["mean_return"] for r in per.values()], 2),
+                    format_mean_se(
+                        [r["summary"].get("collapse/valid_rate", math.nan) for r in per.values()]
+                    ),
+                    format_mean_se(
+                        [r["summary"].get("collapse/distinct_2", math.nan) for r in per.values()]
+                    ),
                     f"{np.mean([r['steps'] for r in per.values()]):.0f}",
                     f"{np.mean([r['seconds'] for r in per.values()]):.0f}",
                     f"{np.mean([r['corrector'].get('injected_errors', 0) for r in runs]):.0f}",

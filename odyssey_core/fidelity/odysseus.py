@@ -357,11 +357,6 @@ def bucket_episodes(
     return out
 
 
-def _fmt(mean_se: tuple[float, float]) -> str:
-    mean, se = mean_se
-    return f"{mean:.1f} ± {se:.1f}" if math.isfinite(mean) else "n/a"
-
-
 def _band_figure(
     name: str, title: str, xlabel: str, runs: dict[str, list[dict[str, list[float]]]], x: str
 ) -> Figure:
@@ -448,8 +443,8 @@ def run_estimators(run: FidelityRun) -> FidelityReport:
                 float(np.mean([r["steps"] for r in rs])),
                 float(np.mean([r["curve"]["turn_samples"][-1] for r in rs])),
                 float(np.mean([r["curve"]["wall_s"][-1] for r in rs])),
-                _fmt(stats.mean_se(final[est])),
-                _fmt(stats.mean_se(at_wall[est])),
+                stats.format_mean_se(final[est], 1),
+                stats.format_mean_se(at_wall[est], 1),
                 float(np.mean([r["skipped_turns"] for r in rs])),
             ]
         )
@@ -492,7 +487,7 @@ def run_estimators(run: FidelityRun) -> FidelityReport:
         f"state, sampled at temperature 1 from env seed {EVAL_SEED}; score = progress at the "
         "last turn.",
         f"Seeds: {len(seeds)} ({seeds}); curves EMA 0.85, bands = s.e. across seeds.",
-        f"Warm start evaluation: {_fmt(stats.mean_se(before))}.",
+        f"Warm start evaluation: {stats.format_mean_se(before, 1)}.",
     ]
     caveats = [
         "The paper trains Qwen3-VL-8B for 0.38M turn samples; this trains a tiny random model "
@@ -699,12 +694,12 @@ def run_sb3(run: FidelityRun) -> FidelityReport:
             labels[k],
             float(np.mean([c["turn_samples"][-1] for c in curves[labels[k]]])),
             float(np.mean([c["wall_s"][-1] for c in curves[labels[k]]])),
-            _fmt(stats.mean_se(score[k])),
+            stats.format_mean_se(score[k], 1),
         ]
         for k in ("vlm", "engineered", "original")
     ]
     warm_best = [w["best_mean"] for w in warm]
-    rows.append(["VLM warm start (before RL)", 0.0, 0.0, _fmt(stats.mean_se(warm_best))])
+    rows.append(["VLM warm start (before RL)", 0.0, 0.0, stats.format_mean_se(warm_best, 1)])
     table = Table(
         "Per method (means over seeds)",
         ["method", "turn samples", "training wall s", "final eval best progress"],

@@ -14,7 +14,6 @@ Shared by ``bench/learning_odland.py`` and the fidelity comparisons of
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 import torch
 
 from odyssey_core.agents.expert import DEFAULT_ACTIONS
+from odyssey_core.eval.stats import mean_se
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
 from odyssey_core.recipes.odysseus.train import build_vector_env, gameboy_info_extras
@@ -144,14 +144,11 @@ def evaluate(policy: Any, settings: RLTrainSettings, seed: int = EVAL_SEED) -> d
     buttons = Counter("+".join(e["buttons"]) for e in batch.extras)
     deaths = sum(batch.extras[p.stop - 1]["life_lost"] for p in parts)
 
-    def se(values: list[float]) -> float:
-        return float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else 0.0
-
     return {
         "mean": float(np.mean(finals)),
-        "se": se(finals),
+        "se": mean_se(finals)[1],
         "best_mean": float(np.mean(bests)),
-        "best_se": se(bests),
+        "best_se": mean_se(bests)[1],
         "a_right": buttons["a+right"] / len(batch),
         "valid": 1.0 - float(np.mean([e["invalid_action"] for e in batch.extras])),
         "deaths": int(deaths),

@@ -36,6 +36,14 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     return mean_se_of_all([v for v in values if math.isfinite(v)])
 
 
+def format_mean_se(values: Sequence[float], digits: int = 3, scale: float = 1.0) -> str:
+    """``mean ± s.e.`` of the finite values, both times ``scale`` (100: percent); "n/a" for none."""
+    mean, se = mean_se(values)
+    if not math.isfinite(mean):
+        return "n/a"
+    return f"{scale * mean:.{digits}f} ± {scale * se:.{digits}f}"
+
+
 def ema(values: Sequence[float], weight: float = EMA_WEIGHT) -> list[float]:
     """TensorBoard-style smoothing, s_0 = x_0 and s_t = weight * s_(t-1) + (1 - weight) * x_t."""
     if not 0 <= weight < 1:
