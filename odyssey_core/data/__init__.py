@@ -8,30 +8,24 @@ Expectations), ``dataset`` (the folder contract and local I/O) and ``cli`` (the 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from odyssey_core.common.lazy import lazy_exports
 
 _EXPORTS = {
-    "CuratedDataset": "dataset",
-    "load_dataset": "dataset",
-    "write_dataset": "dataset",
-    "Walkthrough": "walkthroughs",
-    "record_walkthrough": "walkthroughs",
-    "import_video": "walkthroughs",
-    "sample_frames": "sampling",
-    "dct_phash": "sampling",
-    "TEACHERS": "teachers",
-    "make_teacher": "teachers",
-    "validate_annotations": "validation",
-    "CurateConfig": "cli",
-    "curate": "cli",
-    "load_curate_config": "cli",
+    "CuratedDataset": "odyssey_core.data.dataset",
+    "load_dataset": "odyssey_core.data.dataset",
+    "write_dataset": "odyssey_core.data.dataset",
+    "Walkthrough": "odyssey_core.data.walkthroughs",
+    "record_walkthrough": "odyssey_core.data.walkthroughs",
+    "import_video": "odyssey_core.data.walkthroughs",
+    "sample_frames": "odyssey_core.data.sampling",
+    "dct_phash": "odyssey_core.data.sampling",
+    "TEACHERS": "odyssey_core.data.teachers",
+    "make_teacher": "odyssey_core.data.teachers",
+    "validate_annotations": "odyssey_core.data.validation",
+    "CurateConfig": "odyssey_core.data.cli",
+    "curate": "odyssey_core.data.cli",
+    "load_curate_config": "odyssey_core.data.cli",
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'odyssey_core.data' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"odyssey_core.data.{_EXPORTS[name]}"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -6,12 +6,15 @@ Importing this package is cheap; ``create_app`` and friends live in
 
 from __future__ import annotations
 
-import importlib
 import ipaddress
-from typing import Any
 
-# Heavy names, imported from odyssey_core.serve.app on first access.
-_EXPORTS = ("ChatHFPolicy", "ChatItem", "ServerThread", "create_app", "messages_to_chat")
+from odyssey_core.common.lazy import lazy_exports
+
+# Heavy names (FastAPI, torch), imported from odyssey_core.serve.app on first access.
+_EXPORTS = dict.fromkeys(
+    ("ChatHFPolicy", "ChatItem", "ServerThread", "create_app", "messages_to_chat"),
+    "odyssey_core.serve.app",
+)
 
 __all__ = [*_EXPORTS, "InsecureBindError", "check_bind_security", "is_loopback"]
 
@@ -43,7 +46,4 @@ def check_bind_security(host: str, api_key: str | None) -> None:
         )
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module("odyssey_core.serve.app"), name)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -5,8 +5,7 @@ Names are imported lazily so that ``import odyssey_core.sft`` (e.g. by the CLI) 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from odyssey_core.common.lazy import lazy_exports
 
 _EXPORTS = {
     "SFTSettings": "odyssey_core.sft.settings",
@@ -23,11 +22,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
