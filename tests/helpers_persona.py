@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.envs.persona.actions import format_gui_answer
 from odyssey_core.envs.persona.dataset import generate_episodes, read_dataset, write_dataset
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.policy.base import Generation, GenerationParams
+from odyssey_core.protocol.gui import format_gui_answer
 
 
 def tiny_dataset(folder: Path) -> Path:

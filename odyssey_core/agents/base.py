@@ -25,7 +25,7 @@ class Agent(ABC):
 AGENTS: Registry[type[Agent]] = Registry("agent")
 AGENTS.register("expert", "odyssey_core.agents.expert:SearchExpert")
 AGENTS.register("random", "odyssey_core.agents.random_agent:RandomAgent")
-AGENTS.register("persona-expert", "odyssey_core.envs.persona.demonstrator:PersonaExpert")
+AGENTS.register("persona-expert", "odyssey_core.agents.persona_expert:PersonaExpert")
 
 
 def make_agent(name: str, **kwargs: Any) -> Agent:

@@ -26,7 +26,7 @@ where ``info`` is the env's info dict at the start of the turn (GTR reads its
     which the text did not choose); with a key but no thought, every token is action.
 ``espo``
     The personalized GUI agent's ``<think>...</think><answer>{...}</answer>``, parsed by
-    :func:`~odyssey_core.envs.persona.actions.parse_gui_answer` into a ``ParsedGuiAnswer``.
+    :func:`~odyssey_core.protocol.gui.parse_gui_answer` into a ``ParsedGuiAnswer``.
     A token is thought (action) when its characters overlap the think (answer) block's
     contents; the tags themselves, whitespace around the blocks and the eos token are in
     neither mask unless a token also covers content.
@@ -39,9 +39,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from odyssey_core.common.registry import Registry
-from odyssey_core.envs.persona.actions import ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.protocol.actions import GAMEBOY_SPACE, ActionSpace
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response
+from odyssey_core.protocol.gui import ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.protocol.masks import span_token_masks, token_char_offsets, token_start_offsets
 from odyssey_core.protocol.parsing import ParsedResponse, coerce_text, parse_response
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction, format_gui_answer, parse_gui_answer
 from odyssey_core.protocol.formats import RESPONSE_FORMATS, EspoFormat, ResponseFormat
+from odyssey_core.protocol.gui import GuiAction, format_gui_answer, parse_gui_answer
 
 THOUGHT = "The search box is at the top."
 CLICK = GuiAction("click", (120, 340))

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odyssey_core.envs.persona.actions import ACTION_TYPES, ParsedGuiAnswer
 from odyssey_core.protocol import GAMEBOY_SPACE, RESPONSE_FORMATS, ActionSpace, parse_response
 from odyssey_core.protocol.actions import FallbackPolicy, resolve_action
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response, resolve
+from odyssey_core.protocol.gui import ACTION_TYPES, ParsedGuiAnswer
 from odyssey_core.protocol.parsing import ParsedResponse
 
 BUDGET = settings(

@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.catalog import (
     APP_CHANNELS,
     CHANNEL_SPECS,
@@ -39,6 +38,7 @@ from odyssey_core.envs.persona.catalog import (
 )
 from odyssey_core.envs.persona.screen import Box, Element, Screen
 from odyssey_core.envs.persona.users import User
+from odyssey_core.protocol.gui import GuiAction
 
 __all__ = ["DESIGN_SIZE", "ROWS_PER_PAGE", "SCROLL_ROWS", "AppState", "PersonaApp", "slug"]
 

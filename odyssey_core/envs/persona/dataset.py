@@ -40,7 +40,7 @@ screenshot's pixels. A click or type needs a point or a bbox (a missing point is
 centre; a missing box is a small square around the point). ``stage`` may be given; it must
 agree with the action (``pool_found`` is the pool step, ``recommendation`` a recommend step,
 the rest search). The loader resizes every screenshot to the requested size and rescales
-every point and box corner with :func:`~odyssey_core.envs.persona.actions.rescale_point`.
+every point and box corner with :func:`~odyssey_core.protocol.gui.rescale_point`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,14 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
-from odyssey_core.envs.persona.actions import (
+from odyssey_core.envs.persona.app import PersonaApp
+from odyssey_core.envs.persona.catalog import CHANNELS
+from odyssey_core.envs.persona.demonstrator import record_demonstration
+from odyssey_core.envs.persona.episode import SPLITS, EpisodeRecord, StepRecord
+from odyssey_core.envs.persona.render import FastRenderer, Renderer
+from odyssey_core.envs.persona.screen import Element, Screen
+from odyssey_core.envs.persona.users import AMBIGUITY_LEVELS, sample_user
+from odyssey_core.protocol.gui import (
     ACTION_TYPES,
     ALIASES,
     NO_POINT,
@@ -68,13 +75,6 @@ from odyssey_core.envs.persona.actions import (
     GuiAction,
     rescale_point,
 )
-from odyssey_core.envs.persona.app import PersonaApp
-from odyssey_core.envs.persona.catalog import CHANNELS
-from odyssey_core.envs.persona.demonstrator import record_demonstration
-from odyssey_core.envs.persona.episode import SPLITS, EpisodeRecord, StepRecord
-from odyssey_core.envs.persona.render import FastRenderer, Renderer
-from odyssey_core.envs.persona.screen import Element, Screen
-from odyssey_core.envs.persona.users import AMBIGUITY_LEVELS, sample_user
 
 __all__ = [
     "DATASET_FORMAT",

@@ -1,5 +1,6 @@
-"""The programmatic demonstrator: the optimal next actions in any app state, whole recorded
-demonstrations, and an expert agent for ``odyssey play``.
+"""The programmatic demonstrator: the optimal next actions in any app state and whole recorded
+demonstrations (the expert agent built on it is
+:class:`~odyssey_core.agents.persona_expert.PersonaExpert`).
 
 :func:`optimal_moves` knows the user (the app carries it) and works backwards from what the
 results list must show: the right app open, every form field holding the user's value, every
@@ -24,17 +25,14 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from odyssey_core.agents.base import Agent
-from odyssey_core.envs.base import Observation, TurnEnv
-from odyssey_core.envs.persona.actions import NO_POINT, NO_TEXT, GuiAction
 from odyssey_core.envs.persona.app import ROWS_PER_PAGE, AppState, PersonaApp, slug
 from odyssey_core.envs.persona.catalog import APP_CHANNELS, CHANNEL_SPECS
 from odyssey_core.envs.persona.episode import EpisodeRecord, StepRecord
 from odyssey_core.envs.persona.screen import Box, Screen
+from odyssey_core.protocol.gui import NO_POINT, NO_TEXT, GuiAction
 
 __all__ = [
     "Move",
-    "PersonaExpert",
     "expected_stage",
     "optimal_moves",
     "point_in",
@@ -270,22 +268,3 @@ def record_demonstration(
         split=split,
         scenario=dict(app.scenario),
     )
-
-
-class PersonaExpert(Agent):
-    """Plays :class:`~odyssey_core.envs.persona.env.PersonaEnv` perfectly by reading its
-    privileged state: in replay mode the demonstrated action of the step on screen, online
-    the demonstrator's first optimal move (clicks at the target's centre) and the label
-    oracle's answer for each candidate."""
-
-    name = "persona-expert"
-
-    def act(self, env: TurnEnv, observation: Observation, info: dict[str, Any]) -> GuiAction:
-        persona: Any = env.unwrapped
-        if persona.mode == "replay":
-            return persona.episode.steps[persona.step_index].gold
-        app, state = persona.app, persona.state
-        if persona.candidate is not None:
-            label = app.user.label(app.item(persona.candidate), app.items(app.user.pool_app))
-            return GuiAction("recommendation", NO_POINT, label)
-        return realise(optimal_moves(app, state)[0], app.screen(state))

@@ -42,13 +42,13 @@ import gymnasium
 import numpy as np
 
 from odyssey_core.envs.base import Observation, StepResult, TurnEnv
-from odyssey_core.envs.persona.actions import GuiAction, ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.envs.persona.app import AppState, PersonaApp
 from odyssey_core.envs.persona.catalog import CHANNELS
 from odyssey_core.envs.persona.dataset import generate_episodes, load_step_image, read_dataset
 from odyssey_core.envs.persona.demonstrator import expected_stage, optimal_moves, realise
 from odyssey_core.envs.persona.episode import SPLITS, EpisodeRecord
 from odyssey_core.envs.persona.render import FastRenderer, Renderer
+from odyssey_core.protocol.gui import GuiAction, ParsedGuiAnswer, parse_gui_answer
 
 __all__ = ["LEGAL_ACTIONS", "MODES", "PersonaEnv", "turn_text"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.screen import Box, Screen
+from odyssey_core.protocol.gui import GuiAction
 
 __all__ = ["SPLITS", "STAGES", "EpisodeRecord", "StepRecord"]
 

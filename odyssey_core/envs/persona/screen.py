@@ -3,7 +3,7 @@
 One coordinate convention end to end: a :data:`Box` is ``(x0, y0, x1, y1)`` in the stored
 screenshot's pixels, both corners inclusive (a point on the border is inside), origin at the
 top-left. Points a model answers with are in the same pixels; a model that works in another
-space converts once, where it is called (``odyssey_core.envs.persona.actions.rescale_point``).
+space converts once, where it is called (``odyssey_core.protocol.gui.rescale_point``).
 
 Elements are listed in paint order: a later element is drawn over an earlier one, so
 :meth:`Screen.hit` answers with the *last* clickable element that contains the point (a pop-up

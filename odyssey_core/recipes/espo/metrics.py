@@ -58,10 +58,10 @@ from typing import Any
 import numpy as np
 
 from odyssey_core.common.tables import markdown_table
-from odyssey_core.envs.persona.actions import GuiAction, parse_gui_answer, rescale_point
 from odyssey_core.envs.persona.episode import STAGES, EpisodeRecord, StepRecord
 from odyssey_core.envs.persona.screen import box_contains
 from odyssey_core.eval.stats import wilson_interval
+from odyssey_core.protocol.gui import GuiAction, parse_gui_answer, rescale_point
 from odyssey_core.recipes.espo.rewards import token_f1
 
 __all__ = [

@@ -1,14 +1,14 @@
 """The system prompt of the personalized GUI agent, written for this project.
 
-It names exactly the action types :func:`~odyssey_core.envs.persona.actions.parse_gui_answer`
-accepts and shows an answer made by :func:`~odyssey_core.envs.persona.actions.format_gui_answer`,
+It names exactly the action types :func:`~odyssey_core.protocol.gui.parse_gui_answer`
+accepts and shows an answer made by :func:`~odyssey_core.protocol.gui.format_gui_answer`,
 so the prompt cannot drift from the parser. The turn text (the user's request, the actions so
 far, the screen size) comes from the environment's observation.
 """
 
 from __future__ import annotations
 
-from odyssey_core.envs.persona.actions import NO_TEXT, GuiAction, format_gui_answer
+from odyssey_core.protocol.gui import NO_TEXT, GuiAction, format_gui_answer
 
 __all__ = ["ESPO_SYSTEM_PROMPT", "espo_system_prompt"]
 

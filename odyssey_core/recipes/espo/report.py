@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from odyssey_core.envs.persona.actions import parse_gui_answer
 from odyssey_core.eval.video import EpisodeVideoWriter
+from odyssey_core.protocol.gui import parse_gui_answer
 from odyssey_core.recipes.espo.evaluation import OnlineResult
 from odyssey_core.recipes.espo.metrics import EspoMetrics
 

@@ -34,9 +34,9 @@ import torch
 from pydantic import Field
 
 from odyssey_core.config import StrictModel
-from odyssey_core.envs.persona.actions import POINTED_ACTIONS, GuiAction, ParsedGuiAnswer
 from odyssey_core.envs.persona.episode import StepRecord
 from odyssey_core.envs.persona.screen import box_contains
+from odyssey_core.protocol.gui import POINTED_ACTIONS, GuiAction, ParsedGuiAnswer
 
 __all__ = [
     "EMBEDDING_PACKAGE",

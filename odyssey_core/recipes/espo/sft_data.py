@@ -23,9 +23,9 @@ import numpy as np
 from PIL import Image
 
 from odyssey_core.data.dataset import write_dataset
-from odyssey_core.envs.persona.actions import format_gui_answer
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.episode import EpisodeRecord, StepRecord
+from odyssey_core.protocol.gui import format_gui_answer
 
 __all__ = ["SFT_GAME", "SFTDemonstrations", "build_sft_dataset", "template_thought"]
 

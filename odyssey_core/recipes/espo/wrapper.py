@@ -15,8 +15,8 @@ from typing import Any
 import gymnasium
 
 from odyssey_core.envs.base import StepResult
-from odyssey_core.envs.persona.actions import GuiAction, ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.envs.persona.env import PersonaEnv
+from odyssey_core.protocol.gui import GuiAction, ParsedGuiAnswer, parse_gui_answer
 from odyssey_core.recipes.espo.rewards import StageRewardSettings, score_step
 
 __all__ = ["StageRewardWrapper"]

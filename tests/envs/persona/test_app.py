@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.app import ROWS_PER_PAGE, AppState, PersonaApp
 from odyssey_core.envs.persona.catalog import (
     APP_CHANNELS,
@@ -19,6 +18,7 @@ from odyssey_core.envs.persona.catalog import (
     catalog,
 )
 from odyssey_core.envs.persona.users import Preference, User, sample_user
+from odyssey_core.protocol.gui import GuiAction
 
 SIZES = ((224, 448), (448, 896), (300, 520))
 

@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.app import PersonaApp
 from odyssey_core.envs.persona.catalog import CHANNELS
 from odyssey_core.envs.persona.dataset import generate_episodes
@@ -21,6 +20,7 @@ from odyssey_core.envs.persona.demonstrator import (
 from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.envs.persona.screen import box_contains
 from odyssey_core.envs.persona.users import sample_user
+from odyssey_core.protocol.gui import GuiAction
 
 
 @pytest.fixture(scope="module")

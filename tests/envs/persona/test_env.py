@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from odyssey_core.agents.persona_expert import PersonaExpert
 from odyssey_core.envs import make_env
 from odyssey_core.envs.gym_compat import DictObservation
-from odyssey_core.envs.persona.actions import GuiAction, format_gui_answer, parse_gui_answer
-from odyssey_core.envs.persona.demonstrator import PersonaExpert
 from odyssey_core.envs.persona.env import MAX_TEXT, PersonaEnv, turn_text
 from odyssey_core.envs.persona.render import FastRenderer
 from odyssey_core.envs.persona.specs import PERSONA_CHANNELS, PERSONA_ENVS
+from odyssey_core.protocol.gui import GuiAction, format_gui_answer, parse_gui_answer
 
 NEXT_KEYS = {
     "stage",

@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.app import AppState, PersonaApp
 from odyssey_core.envs.persona.browser import BrowserRenderer, check_parity, parity_points
 from odyssey_core.envs.persona.dataset import generate_episodes
 from odyssey_core.envs.persona.demonstrator import optimal_moves, realise
 from odyssey_core.envs.persona.screen import Screen
+from odyssey_core.protocol.gui import GuiAction
 
 
 def walk(app: PersonaApp, limit: int = 40) -> list[AppState]:

@@ -9,11 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction
 from odyssey_core.envs.persona.app import AppState, PersonaApp
 from odyssey_core.envs.persona.render import BACKGROUND, ROLE_STYLES, FastRenderer
 from odyssey_core.envs.persona.screen import Element, Screen
 from odyssey_core.envs.persona.users import sample_user
+from odyssey_core.protocol.gui import GuiAction
 
 
 def screens(size: tuple[int, int]) -> list[Screen]:

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from odyssey_core.envs.persona.actions import GuiAction, format_gui_answer
 from odyssey_core.envs.persona.episode import EpisodeRecord, StepRecord
 from odyssey_core.envs.persona.screen import Element, Screen
+from odyssey_core.protocol.gui import GuiAction, format_gui_answer
 from odyssey_core.recipes.espo.metrics import (
     StepOutcome,
     cluster_bootstrap,

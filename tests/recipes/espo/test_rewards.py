@@ -13,9 +13,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from odyssey_core.envs.persona.actions import GuiAction, format_gui_answer, parse_gui_answer
 from odyssey_core.envs.persona.episode import StepRecord
 from odyssey_core.envs.persona.screen import Element, Screen
+from odyssey_core.protocol.gui import GuiAction, format_gui_answer, parse_gui_answer
 from odyssey_core.recipes.espo.rewards import (
     EMBEDDING_PACKAGE,
     StageRewardSettings,

@@ -10,9 +10,9 @@ import pytest
 import torch
 from helpers_persona import DemonstrationPolicy, tiny_dataset
 
-from odyssey_core.envs.persona.actions import GuiAction, format_gui_answer, parse_gui_answer
 from odyssey_core.envs.persona.dataset import read_dataset
 from odyssey_core.envs.persona.env import PersonaEnv
+from odyssey_core.protocol.gui import GuiAction, format_gui_answer, parse_gui_answer
 from odyssey_core.recipes.espo.evaluation import evaluate_offline, evaluate_online
 from odyssey_core.recipes.espo.metrics import evaluate_outcomes
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
