@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from odyssey_core.common.redaction import redact_uri
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
 from odyssey_core.protocol import get_system_prompt
@@ -217,7 +218,8 @@ class OpenAIPolicy(PolicyBackend):
 
     def __repr__(self) -> str:  # no key in here, on purpose
         return (
-            f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r}, "
+            f"{type(self).__name__}(model={self.model!r}, "
+            f"base_url={redact_uri(str(self.base_url))!r}, "
             f"concurrency={self.concurrency})"
         )
 
