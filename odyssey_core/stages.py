@@ -41,6 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from odyssey_core.common.redaction import redact_uri, summarise_error
+
 if TYPE_CHECKING:
     from odyssey_core.registry.artifacts import ArtifactStore
     from odyssey_core.registry.models import GateResult, PromotionDecision
@@ -355,7 +357,7 @@ def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:
     lines = ["| stage | output | value |", "|---|---|---|"]
     for stage, outputs in results.items():
         for key, value in outputs.items():
-            text = f"{value:.4g}" if isinstance(value, float) else str(value)
+            text = f"{value:.4g}" if isinstance(value, float) else redact_uri(str(value))
             lines.append(f"| {stage} | {key} | {text} |")
     return "\n".join(lines)
 
@@ -637,12 +639,14 @@ def _model_folder(ctx: StageContext, checkpoint_uri: str) -> tuple[Path | None, 
         except Exception as err:  # a placeholder URI, or not in this run's store
             log.warning(
                 "%s is not in the store (%s): registered without an MLflow Model",
-                checkpoint_uri,
-                err,
+                redact_uri(checkpoint_uri),
+                summarise_error(err),
             )
             return None, None
     if not (local / "config.json").is_file():
-        log.warning("%s has no config.json: registered without an MLflow Model", checkpoint_uri)
+        log.warning(
+            "%s has no config.json: registered without an MLflow Model", redact_uri(checkpoint_uri)
+        )
         return None, published
     return local, published
 
@@ -676,7 +680,9 @@ def _review_links(ctx: StageContext) -> dict[str, str]:
         try:
             folders = {a.path for a in client.list_artifacts(other.info.run_id) if a.is_dir}
         except Exception as err:  # an unreachable artifact store must not block registration
-            log.warning("cannot list the artifacts of run %s: %s", other.info.run_id, err)
+            log.warning(
+                "cannot list the artifacts of run %s: %s", other.info.run_id, summarise_error(err)
+            )
             folders = set()
         for name in _LINK_FOLDERS:
             if name in folders:
@@ -812,7 +818,7 @@ def register_and_gate(
             try:
                 fingerprints[f"fingerprint.{key}"] = publication(ctx.cfg, uri)
             except Exception as err:  # not in this run's store: the URI alone is recorded
-                log.info("no publication for %s: %s", uri, err)
+                log.info("no publication for %s: %s", redact_uri(uri), summarise_error(err))
     name = registry.model_name(game)
     registry.describe_version(
         game,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from odyssey_core.common.redaction import redact_uri
+
 
 @click.command("eval")
 @click.argument("suite")
@@ -159,4 +161,4 @@ def eval_command(
         with tracker.run(f"eval-{results.suite.name}", tags={"odyssey.suite": suite}) as run:
             run.log_metrics(files.metrics)
             run.log_artifact(out_dir, "report")
-        click.echo(f"logged to MLflow run {run.run_id} at {tracking_uri}")
+        click.echo(f"logged to MLflow run {run.run_id} at {redact_uri(tracking_uri)}")

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
 from odyssey_core.common.files import atomic_write
+from odyssey_core.common.redaction import redact_uri
 from odyssey_core.registry.settings import RegistrySettings, S3Credentials, S3Settings
 
 log = logging.getLogger(__name__)
@@ -670,7 +671,7 @@ class S3ArtifactStore(ArtifactStore):
     def __repr__(self) -> str:
         # Never the client or credentials: only where the data lives.
         endpoint = self.settings.endpoint_url or "aws"
-        return f"S3ArtifactStore({self.uri!r}, endpoint={endpoint!r})"
+        return f"S3ArtifactStore({self.uri!r}, endpoint={redact_uri(endpoint)!r})"
 
     def ensure_bucket(self) -> None:
         from botocore.exceptions import ClientError

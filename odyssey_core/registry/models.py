@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from odyssey_core.common.redaction import redact_uri
 from odyssey_core.registry.settings import PromotionSettings, RegistrySettings
 
 if TYPE_CHECKING:
@@ -281,8 +282,8 @@ class ModelRegistry:
             name,
             source=model_source or checkpoint_uri,
             run_id=run_id,
-            tags={k: str(v)[:_MAX_TAG] for k, v in version_tags.items()},
-            description=description,
+            tags={k: redact_uri(str(v))[:_MAX_TAG] for k, v in version_tags.items()},
+            description=None if description is None else redact_uri(description),
         )
         version = int(mv.version)
         if set_candidate:
@@ -326,9 +327,11 @@ class ModelRegistry:
         evaluation table) and tags (links to the report, plots and videos, fingerprints)."""
         name = self.model_name(game)
         if description is not None:
+            description = redact_uri(description)
             self.client.update_model_version(name, str(version), description=description)
         for key, value in (tags or {}).items():
-            self.client.set_model_version_tag(name, str(version), key, str(value)[:_MAX_TAG])
+            text = redact_uri(str(value))[:_MAX_TAG]
+            self.client.set_model_version_tag(name, str(version), key, text)
 
     def _history(self, name: str) -> list[int]:
         model = self.client.get_registered_model(name)

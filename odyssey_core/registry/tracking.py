@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from odyssey_core.common.redaction import redact_uri, summarise_error
+
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
@@ -61,14 +63,20 @@ def _param_value(value: Any) -> str:
         text = value.as_posix()
     else:
         text = str(value)
+    text = redact_uri(text)  # a tracking URI or endpoint with credentials in it
     if len(text) > MAX_PARAM_VALUE:  # MLflow rejects longer values; keep the head, say so
         text = text[: MAX_PARAM_VALUE - 14] + "...[truncated]"
     return text
 
 
+def _tag_value(value: Any) -> str:
+    return redact_uri(str(value))[:MAX_TAG_VALUE]
+
+
 def flatten_params(config: BaseModel | Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     """Nested configs as MLflow params: ``{"rl": {"lr": 1e-5}} -> {"rl.lr": "1e-05"}``.
-    Lists become JSON; pydantic models are dumped in JSON mode (paths, enums as strings)."""
+    Lists become JSON; pydantic models are dumped in JSON mode (paths, enums as strings);
+    URL userinfo and secret query values are redacted (:func:`redact_uri`)."""
     data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
     flat: dict[str, str] = {}
 
@@ -130,9 +138,10 @@ class TrackedRun:
         self.log_metrics({key: value}, step=step)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Tags; their values with URL userinfo redacted and cut to MLflow's length."""
         from mlflow.entities import RunTag
 
-        items = [RunTag(clean_key(k), str(v)[:MAX_TAG_VALUE]) for k, v in tags.items()]
+        items = [RunTag(clean_key(k), _tag_value(v)) for k, v in tags.items()]
         for start in range(0, len(items), _PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, tags=items[start : start + _PARAMS_PER_BATCH])
 
@@ -258,7 +267,7 @@ class Tracker:
         tags: Mapping[str, Any] | None = None,
     ) -> TrackedRun:
         """Create a run (nested when ``parent_run_id`` is set); the caller ends it."""
-        run_tags = {clean_key(k): str(v)[:MAX_TAG_VALUE] for k, v in (tags or {}).items()}
+        run_tags = {clean_key(k): _tag_value(v) for k, v in (tags or {}).items()}
         if parent_run_id:
             run_tags[PARENT_TAG] = parent_run_id
         created = self.client.create_run(self.experiment_id, run_name=name, tags=run_tags)
@@ -287,7 +296,8 @@ class Tracker:
             raise
         except BaseException as err:
             status = "FAILED"
-            run.set_tag("odyssey.error", f"{type(err).__name__}: {err}")
+            # the type and first line, redacted and bounded: the traceback is in the flow's log
+            run.set_tag("odyssey.error", summarise_error(err))
             raise
         finally:
             self._stack.remove(run)

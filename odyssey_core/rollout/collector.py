@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from odyssey_core.common.redaction import summarise_error
 from odyssey_core.envs.base import Observation
 from odyssey_core.envs.vector import VectorEnvError
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend
@@ -358,7 +359,7 @@ class Collector:
                         raise
                     for i, k in zip(active, episodes, strict=True):
                         slot_episode[i] = None
-                        observer.on_end(k, f"generate failed: {type(exc).__name__}: {exc}")
+                        observer.on_end(k, f"generate failed: {summarise_error(exc)}")
                     refill_slots(active)
                     continue
                 timings["generate_s"] += time.perf_counter() - t0

@@ -43,6 +43,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError
 
+from odyssey_core.common.redaction import redact_uri
 from odyssey_core.common.registry import Registry
 from odyssey_core.config import StrictModel
 from odyssey_core.envs.base import Observation
@@ -837,7 +838,8 @@ class OpenAICorrector(Corrector):
         )
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(model={self.model!r}, base_url={self._http.base_url!r})"
+        base_url = redact_uri(str(self._http.base_url))
+        return f"{type(self).__name__}(model={self.model!r}, base_url={base_url!r})"
 
     def metrics(self) -> dict[str, int]:
         out = {
