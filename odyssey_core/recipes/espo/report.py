@@ -1,5 +1,5 @@
 """The pictures of an ESPO evaluation: bar plots of the metrics with their intervals (the
-trivial baselines beside the model) and videos of live episodes with the model's reasoning."""
+baselines beside the model) and videos of live episodes with the model's reasoning."""
 
 from __future__ import annotations
 
@@ -12,25 +12,26 @@ import numpy as np
 from odyssey_core.eval.video import EpisodeVideoWriter
 from odyssey_core.protocol.gui import parse_gui_answer
 from odyssey_core.recipes.espo.evaluation import OnlineResult
-from odyssey_core.recipes.espo.metrics import EspoMetrics
+from odyssey_core.recipes.espo.metrics import HEADLINE_METRICS, LABELS, EspoMetrics
 
 __all__ = ["PLOTTED", "plot_metrics", "write_online_video"]
 
 #: the metrics on the bar plot, in the paper's order
-PLOTTED = ("ele_acc", "op_f1", "step_sr", "rec_acc")
+PLOTTED = HEADLINE_METRICS
 
 
 def plot_metrics(
     results: Mapping[str, EspoMetrics], baselines: Mapping[str, EspoMetrics], path: str | Path
 ) -> Path:
-    """One group of bars per metric, one bar per model and trivial baseline (RecAcc only),
-    each with its episode-bootstrap interval."""
+    """One group of bars per headline metric (GUI metrics over the GUI steps), one bar per
+    model and baseline (every baseline answers every step, so each has every bar;
+    ``random_expected`` only RecAcc), each with its episode-bootstrap interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = {**results, **{f"{k} (trivial)": v for k, v in baselines.items()}}
+    rows = {**results, **{f"{k} (baseline)": v for k, v in baselines.items()}}
     fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(PLOTTED), 3.4), dpi=100)
     width = 0.8 / max(1, len(rows))
     for i, (label, metrics) in enumerate(rows.items()):
@@ -45,7 +46,7 @@ def plot_metrics(
             errors[1].append(100 * max(0.0, m.high - m.value))
         if xs:
             ax.bar(xs, values, width, yerr=errors, capsize=2, label=label)
-    ax.set_xticks(range(len(PLOTTED)), ["EleAcc", "Op F1", "Step SR", "RecAcc"])
+    ax.set_xticks(range(len(PLOTTED)), [LABELS[k] for k in PLOTTED])
     ax.set_ylabel("%")
     ax.set_ylim(0, 105)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
