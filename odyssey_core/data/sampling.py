@@ -15,7 +15,6 @@ JSON string).
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 from PIL import Image
 from pydantic import Field
 
+from odyssey_core.common.images import encode_png
 from odyssey_core.config import StrictModel
 from odyssey_core.data.dataset import read_table, write_bytes_atomic, write_table
 from odyssey_core.data.walkthroughs import Walkthrough
@@ -148,9 +148,7 @@ def _png_bytes(frame: np.ndarray, size: tuple[int, int] | None) -> tuple[bytes, 
     if size is not None and image.size != tuple(size):
         # Box filter: an x2 pixel-repeat video averages back to the original pixels.
         image = image.resize(tuple(size), Image.Resampling.BOX)
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG", optimize=False)
-    return buffer.getvalue(), image
+    return encode_png(image), image
 
 
 def _decode(path: str, wanted: set[int], label: str, show: bool) -> dict[int, np.ndarray]:

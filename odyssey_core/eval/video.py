@@ -8,7 +8,9 @@ from types import TracebackType
 
 import imageio.v2 as imageio
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
+
+from odyssey_core.common.images import load_font
 
 PANEL_BACKGROUND = (24, 24, 32)
 PANEL_TEXT = (235, 235, 235)
@@ -40,7 +42,7 @@ class EpisodeVideoWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.scale = scale
         self.panel_width = panel_width
-        self.font = ImageFont.load_default(size=font_size)
+        self.font = load_font(font_size)
         self.line_height = font_size + 4
         self.frames_written = 0
         self._writer = imageio.get_writer(

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import base64
 import email.utils
-import io
 import logging
 import os
 import random
@@ -48,6 +47,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from odyssey_core.common.images import encode_png
 from odyssey_core.common.redaction import redact_uri
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
@@ -136,10 +136,7 @@ def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
 
 def encode_image_data_url(image: Image.Image | np.ndarray) -> str:
     """A lossless ``data:image/png;base64,...`` URL (PNG, so the server sees exact pixels)."""
-    pil = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image))
-    buffer = io.BytesIO()
-    pil.convert("RGB").save(buffer, format="PNG")
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(encode_png(image)).decode("ascii")
 
 
 class OpenAIPolicy(PolicyBackend):

@@ -27,7 +27,6 @@ says otherwise.
 from __future__ import annotations
 
 import base64
-import io
 import json
 import os
 import shutil
@@ -38,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import mlflow.pyfunc
+
+from odyssey_core.common.images import decode_image, encode_png
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -132,26 +133,18 @@ def serving_spec(
 
 def encode_frame(image: Any) -> str:
     """A ``uint8[H, W, 3]`` frame (or a PIL image) as base64 PNG, the ``image`` column."""
-    import numpy as np
-    from PIL import Image
-
-    pic = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image, np.uint8))
-    buf = io.BytesIO()
-    pic.convert("RGB").save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return base64.b64encode(encode_png(image)).decode("ascii")
 
 
 def _decode_frame(value: Any) -> Any:
     import numpy as np
-    from PIL import Image
 
     if isinstance(value, np.ndarray) and value.ndim == 3:
         return np.ascontiguousarray(value.astype(np.uint8))
     if isinstance(value, str):
         value = base64.b64decode(value)
     if isinstance(value, bytes | bytearray):
-        with Image.open(io.BytesIO(value)) as pic:
-            return np.asarray(pic.convert("RGB"), dtype=np.uint8).copy()
+        return decode_image(value)
     raise ValueError(
         f"image must be base64 PNG, PNG bytes or uint8[H, W, 3], got {type(value).__name__}"
     )

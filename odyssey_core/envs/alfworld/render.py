@@ -11,11 +11,11 @@ mark an object's state (red hot, blue cool, green clean, yellow a lamp that is o
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
+from odyssey_core.common.images import Font, load_font
 from odyssey_core.envs.alfworld.scene import Item, Scene
 
 __all__ = ["render_scene"]
@@ -47,20 +47,11 @@ _KIND_COLORS = {
 _SURFACE = (205, 175, 135)  # tables, countertops and anything else
 
 
-Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
+_FACES = ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf")
 
 
-@lru_cache(maxsize=16)
 def _font(size: int) -> Font:
-    for name in ("DejaVuSans.ttf", "DejaVuSans-Bold.ttf"):
-        try:
-            return ImageFont.truetype(name, size)
-        except OSError:
-            continue
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # very old Pillow: a fixed-size bitmap font
-        return ImageFont.load_default()
+    return load_font(size, _FACES)
 
 
 def _fitted_font(draw: ImageDraw.ImageDraw, text: str, width: float, size: int) -> Font:

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
+
+from odyssey_core.common.images import Font, load_font
 
 __all__ = ["RANKS", "SUITS", "Card", "card_value", "render_table"]
 
@@ -52,17 +53,11 @@ def card_value(rank: str) -> int:
     return int(rank)
 
 
-@lru_cache(maxsize=32)
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    for name in ("DejaVuSans-Bold.ttf", "DejaVuSans.ttf"):
-        try:
-            return ImageFont.truetype(name, size)
-        except OSError:
-            continue
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # very old Pillow: fixed-size bitmap font
-        return ImageFont.load_default()
+_FACES = ("DejaVuSans-Bold.ttf", "DejaVuSans.ttf")
+
+
+def _font(size: int) -> Font:
+    return load_font(size, _FACES)
 
 
 def _suit_shape(draw: ImageDraw.ImageDraw, suit: str, cx: float, cy: float, r: float) -> None:

@@ -24,7 +24,6 @@ fractional mouse point as the pixel area around it, which also reaches the neigh
 from __future__ import annotations
 
 import html
-import io
 import os
 import random
 import shutil
@@ -39,9 +38,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
-from PIL import Image
 from playwright.sync_api import BrowserContext, Page, Playwright, sync_playwright
 
+from odyssey_core.common.images import decode_image
 from odyssey_core.envs.persona.screen import Box, Element, Screen
 
 __all__ = [
@@ -312,7 +311,7 @@ class BrowserRenderer:
     def render(self, screen: Screen) -> np.ndarray:
         """The screenshot of ``screen``: ``uint8[height, width, 3]`` RGB."""
         png = self._run_on(screen, self._screenshot)
-        image = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), dtype=np.uint8)
+        image = decode_image(png)
         if image.shape != (screen.height, screen.width, 3):
             raise RuntimeError(
                 f"screenshot of {screen.name!r} is {image.shape}, expected "

@@ -46,7 +46,6 @@ every point and box corner with :func:`~odyssey_core.protocol.gui.rescale_point`
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import random
 import shutil
@@ -59,6 +58,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from odyssey_core.common.images import encode_png
 from odyssey_core.envs.persona.app import PersonaApp
 from odyssey_core.envs.persona.catalog import CHANNELS
 from odyssey_core.envs.persona.demonstrator import record_demonstration
@@ -180,12 +180,6 @@ def generate_episodes(
 
 
 # ------------------------------------------------------------------------------ the folder
-def _png(image: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image).save(buffer, format="PNG", compress_level=6)  # no metadata chunks
-    return buffer.getvalue()
-
-
 def content_hash(folder: str | Path) -> str:
     """sha256 over ``episodes.jsonl`` and ``screens/``: each file's relative path and bytes,
     in path order."""
@@ -231,7 +225,7 @@ def write_dataset(
                 )
             path = root / step.image
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(_png(image))
+            path.write_bytes(encode_png(image))
         lines.append(json.dumps(episode.to_json(), sort_keys=True, separators=(",", ":")))
     (root / "episodes.jsonl").write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     channels = Counter(e.channel for e in episodes)

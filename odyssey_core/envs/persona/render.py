@@ -11,14 +11,14 @@ gives byte-identical pixels.
 
 from __future__ import annotations
 
-import functools
 import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageDraw
 
+from odyssey_core.common.images import Font, load_font
 from odyssey_core.envs.persona.screen import Element, Screen
 
 __all__ = ["BACKGROUND", "ROLE_STYLES", "FastRenderer", "Renderer", "RoleStyle"]
@@ -64,12 +64,7 @@ PLACEHOLDER: RGB = (156, 163, 175)
 SECONDARY: RGB = (75, 85, 99)
 
 
-@functools.cache
-def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    return ImageFont.load_default(size=size)
-
-
-def _fit(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: float) -> str:
+def _fit(text: str, font: Font, width: float) -> str:
     """``text`` cut with "..." to fit ``width`` pixels."""
     if font.getlength(text) <= width:
         return text
@@ -78,7 +73,7 @@ def _fit(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: f
     return text + "..." if text else ""
 
 
-def _wrap(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: float) -> list[str]:
+def _wrap(text: str, font: Font, width: float) -> list[str]:
     """Greedy word wrap of every paragraph of ``text`` to ``width`` pixels."""
     lines: list[str] = []
     for paragraph in text.split("\n"):
@@ -160,7 +155,7 @@ class FastRenderer:
     ) -> None:
         pad = max(2, round(8 * scale)) if role != "close" else 0
         size = max(MIN_FONT, min(round(style.font * scale), int(h * 0.7)))
-        font = _font(size)
+        font = load_font(size)  # the bundled font: the same pixels everywhere
         line_height = round(size * 1.3)
         lines = _wrap(text, font, w - 2 * pad) if role in ("text", "list_item") else [text]
         lines = lines[: max(1, h // line_height)]

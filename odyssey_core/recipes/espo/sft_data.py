@@ -15,13 +15,10 @@ the SFT contract (:mod:`odyssey_core.data.dataset`) whose rows' ``game`` is :dat
 from __future__ import annotations
 
 import hashlib
-import io
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-from PIL import Image
-
+from odyssey_core.common.images import encode_png
 from odyssey_core.data.dataset import write_dataset
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.episode import EpisodeRecord, StepRecord
@@ -67,12 +64,6 @@ class SFTDemonstrations:
     detours_skipped: int
 
 
-def _png(frame: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(np.asarray(frame, dtype=np.uint8)).save(out, format="PNG")
-    return out.getvalue()
-
-
 def build_sft_dataset(
     dataset: Path,
     episodes: list[EpisodeRecord],
@@ -100,7 +91,7 @@ def build_sft_dataset(
                 if step.detour and skip_detours:
                     skipped += 1
                 else:
-                    png = _png(observation.image)
+                    png = encode_png(observation.image)
                     # a sample key: the frame and its turn text (a screen recurs with another
                     # history), which also names the frame's file
                     key = hashlib.sha256(png + observation.text.encode()).hexdigest()

@@ -13,27 +13,16 @@ Frames are stored PNG-compressed: card tables are flat colours, so a 480x320 fra
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
+from odyssey_core.common.images import decode_image, encode_png
 from odyssey_core.recipes.gtr.corrector import Correction
 
 __all__ = ["DaggerBuffer", "DaggerExample"]
-
-
-def _encode_frame(frame: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(np.asarray(frame, dtype=np.uint8)).save(out, format="PNG")
-    return out.getvalue()
-
-
-def _decode_frame(data: bytes) -> np.ndarray:
-    return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +38,7 @@ class DaggerExample:
 
     @property
     def frame(self) -> np.ndarray:
-        return _decode_frame(self.frame_png)
+        return decode_image(self.frame_png)
 
 
 class DaggerBuffer:
@@ -83,7 +72,7 @@ class DaggerBuffer:
             raise ValueError("examples must be added in batch order")
         self.examples.append(
             DaggerExample(
-                frame_png=_encode_frame(frame),
+                frame_png=encode_png(frame),
                 prompt_ids=tuple(int(i) for i in prompt_ids),
                 thought=correction.corrected_thought,
                 action=str(action),

@@ -19,15 +19,14 @@ prompts RL later samples from.
 from __future__ import annotations
 
 import hashlib
-import io
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from PIL import Image
 
+from odyssey_core.common.images import encode_png
 from odyssey_core.data.dataset import write_dataset
 from odyssey_core.envs.registry import make_env
 from odyssey_core.protocol.gtr_format import format_gtr_response
@@ -49,12 +48,6 @@ class SFTEpisodes:
     samples: int
     episodes: int
     counts: dict[str, int]
-
-
-def _png(frame: np.ndarray) -> bytes:
-    out = io.BytesIO()
-    Image.fromarray(np.asarray(frame, dtype=np.uint8)).save(out, format="PNG")
-    return out.getvalue()
 
 
 def collect_corrector_episodes(
@@ -98,7 +91,7 @@ def collect_corrector_episodes(
                 if correction.action is None or correction.action not in legal:
                     counts["no_action"] += 1  # e.g. a deal that cannot be won
                     break
-                png = _png(observation.image)
+                png = encode_png(observation.image)
                 frame_hash = hashlib.sha256(png).hexdigest()
                 if frame_hash in seen:
                     counts["duplicates"] += 1
