@@ -1,9 +1,12 @@
 """The shipped infrastructure files hang together (no Docker engine runs in CI)."""
 
 import json
+import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +79,122 @@ def _as_list(value: object) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
+
+
+# ----------------------------------------------------------------------------- compose secrets
+
+
+class UnsetVariable(Exception):
+    """``${VAR:?message}`` with VAR unset or empty: compose refuses to start."""
+
+
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)|(?P<bare>[A-Za-z_][A-Za-z0-9_]*)"
+    r"|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?+])(?P<arg>[^}]*))?\})"
+)
+
+
+def interpolate(text: str, env: Mapping[str, str]) -> str:
+    """Compose's variable interpolation: ``$$``, ``$VAR``, ``${VAR}``, ``${VAR:-default}``,
+    ``${VAR-default}``, ``${VAR:?error}``, ``${VAR?error}``, ``${VAR:+other}``."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match["escaped"]:
+            return "$"
+        name = match["bare"] or match["name"]
+        op, arg = match["op"], match["arg"] or ""
+        value = env.get(name)
+        unset = value is None or (op is not None and op.startswith(":") and value == "")
+        if op in ("-", ":-"):
+            return arg if unset else str(value)
+        if op in ("?", ":?"):
+            if unset:
+                raise UnsetVariable(f"{name}: {arg}")
+            return str(value)
+        if op in ("+", ":+"):
+            return "" if unset else arg
+        return value or ""
+
+    return _VARIABLE.sub(replace, text)
+
+
+def test_interpolate_follows_compose() -> None:
+    env = {"A": "1", "E": ""}
+    assert interpolate("$A ${A} ${B:-d} ${E:-d} ${E-d} ${A:+x} $$A", env) == "1 1 d d  x $A"
+    with pytest.raises(UnsetVariable, match="B: say so"):
+        interpolate("${B:?say so}", env)
+    with pytest.raises(UnsetVariable):
+        interpolate("${E:?empty counts}", env)
+
+
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "infra" / "docker-compose.yml").read_text())["services"]
+
+
+def _environment(service: Mapping) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # ["KEY=value", ...]
+        env = dict(item.split("=", 1) for item in env)
+    return {str(k): str(v) for k, v in env.items()}
+
+
+_CREDENTIAL = re.compile(r"PASSWORD|SECRET|ACCESS_KEY|AUTH|TOKEN|_USER$")
+
+
+def test_compose_takes_every_credential_from_the_environment_without_a_default() -> None:
+    """With nothing set, compose stops and names the variable; set, the value is the variable
+    itself: no credential ships in the file."""
+    found = {
+        (name, key): value
+        for name, service in _compose().items()
+        for key, value in _environment(service).items()
+        if _CREDENTIAL.search(key)
+    }
+    keys = {key for _, key in found}
+    assert {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "AWS_ACCESS_KEY_ID"} <= keys
+    assert {"AWS_SECRET_ACCESS_KEY", "PREFECT_SERVER_API_AUTH_STRING"} <= keys
+    for (service, key), value in found.items():
+        variables = [m["name"] or m["bare"] for m in _VARIABLE.finditer(value) if not m["escaped"]]
+        assert len(variables) == 1, f"{service}.{key}: {value!r} is not one variable"
+        with pytest.raises(UnsetVariable, match=variables[0]):
+            interpolate(value, {})
+        secret = "a-long-enough-value"
+        assert interpolate(value, {variables[0]: secret}) == secret, f"{service}.{key}"
+
+
+def test_compose_prefect_api_needs_the_auth_string_everywhere() -> None:
+    """The Prefect API runs deployments on the worker: the server asks for basic auth and
+    every client of it sends the same string."""
+    services = _compose()
+    server = _environment(services["prefect-server"])["PREFECT_SERVER_API_AUTH_STRING"]
+    clients = {
+        n: _environment(s) for n, s in services.items() if "PREFECT_API_URL" in _environment(s)
+    }
+    assert {"worker", "work-pools"} <= set(clients)
+    for name, env in clients.items():
+        assert env.get("PREFECT_API_AUTH_STRING") == server, name
+
+
+def _published(env: Mapping[str, str]) -> dict[str, list[str]]:
+    """service -> the host address of each port it publishes (None: every interface)."""
+    out: dict[str, list[str]] = {}
+    for name, service in _compose().items():
+        for port in service.get("ports") or []:
+            if isinstance(port, Mapping):  # the long syntax
+                address = interpolate(str(port.get("host_ip", "")), env) or None
+            else:
+                parts = interpolate(str(port), env).split(":")
+                address = parts[0] if len(parts) == 3 else None
+            out.setdefault(name, []).append(address)
+    return out
+
+
+def test_compose_publishes_every_port_on_loopback_unless_widened() -> None:
+    default = _published({})
+    assert set(default) == {"prefect-server", "mlflow", "minio"}
+    assert all(a == "127.0.0.1" for addresses in default.values() for a in addresses), default
+    widened = _published({"ODYSSEY_BIND_ADDRESS": "0.0.0.0"})
+    assert all(a == "0.0.0.0" for addresses in widened.values() for a in addresses), widened
 
 
 # ----------------------------------------------------------------------------- GPU placement
