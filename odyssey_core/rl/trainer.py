@@ -197,7 +197,8 @@ class TrainerHook:
     name = "hook"
 
     def episode_starts(self, trainer: Trainer) -> Starts:
-        """How this step's episodes start (None: as the envs are)."""
+        """How this step's episodes start (None: as the envs are, or as another hook says);
+        at most one hook of a trainer answers."""
         return None
 
     def on_batch(self, trainer: Trainer, batch: TurnBatch) -> dict[str, float]:
@@ -268,6 +269,22 @@ class Trainer:
                 return hook
         raise KeyError(f"no hook named {name!r}; hooks: {[h.name for h in self.hooks]}")
 
+    def _episode_starts(self) -> Starts:
+        """The one hook's answer to ``episode_starts`` (None: the envs start as they are).
+        Every hook is asked, since a hook may act before the rollout and answer None (weight
+        sync pushes then); two that answer would each plan the episodes, so that is an error."""
+        answers: list[tuple[str, Starts]] = []
+        for hook in self.hooks:
+            starts = hook.episode_starts(self)
+            if starts is not None:
+                answers.append((hook.name, starts))
+        if len(answers) > 1:
+            raise ValueError(
+                f"hooks {[name for name, _ in answers]} all chose how this step's episodes "
+                "start; only one hook may answer episode_starts (the others return None)"
+            )
+        return answers[0][1] if answers else None
+
     # -- one training step ----------------------------------------------------------------------
 
     def train_step(self) -> dict[str, float]:
@@ -275,10 +292,7 @@ class Trainer:
         timing: dict[str, float] = {}
         started = time.perf_counter()
 
-        starts = None
-        for hook in self.hooks:
-            starts = hook.episode_starts(self) or starts
-        budget, starts = rank_budget(c.budget, starts, world)
+        budget, starts = rank_budget(c.budget, self._episode_starts(), world)
         seed = rank_seed(collection_seed(c.seed, step), world.rank)
         batch, rollout = self.collector.collect(budget, seed=seed, starts=starts)
         timing["rollout_s"] = time.perf_counter() - started
