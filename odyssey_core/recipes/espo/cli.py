@@ -7,7 +7,13 @@
   (:func:`~odyssey_core.envs.persona.dataset.load_smartspot`) as a dataset folder, screenshots
   resized and every point and box rescaled to the stored size.
 * ``odyssey espo eval MODEL DATASET [--splits test] [--online]``: EleAcc / Op F1 / Step SR /
-  RecAcc with intervals and the trivial baselines, as a Markdown table.
+  RecAcc (and the named extras) with intervals, beside every baseline, as Markdown tables.
+* ``odyssey espo eval --agent always_no|always_yes|first_item|random|oracle DATASET
+  [--splits test] [--seed N]``: one label-only baseline
+  (:data:`~odyssey_core.recipes.espo.metrics.BASELINE_AGENTS`) on every step of the splits,
+  no model: a JSON summary on stdout, ``metrics`` keyed ``ele_acc``, ``op_f1``, ``step_sr``,
+  ``rec_acc`` and the extras (None where undefined), ``intervals`` (the episode bootstrap),
+  ``n_steps``, ``n_episodes``.
 
 Training runs through the ``train-espo`` flow (``python -m flows.espo --preset tiny``, or
 ``prefect deployment run train-espo/tiny``).
@@ -15,6 +21,7 @@ Training runs through the ``train-espo`` flow (``python -m flows.espo --preset t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -86,51 +93,105 @@ def load_smartspot_command(
 
 
 @espo_group.command("eval")
-@click.argument("model", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.argument("dataset", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument(
+    "paths",
+    nargs=-1,
+    metavar="[MODEL] DATASET",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+)
+@click.option(
+    "--agent",
+    default=None,
+    help="a label-only baseline to evaluate instead of a model (always_no, always_yes, "
+    "first_item, random or oracle; give DATASET only): prints a JSON summary",
+)
 @click.option("--splits", default="test", show_default=True, help="comma-separated splits")
-@click.option("--online/--no-online", default=True, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="bootstrap (and coin) seed")
+@click.option("--resamples", type=int, default=2000, show_default=True, help="bootstrap draws")
+@click.option("--online/--no-online", default=True, show_default=True, help="models only")
 @click.option("--max-new-tokens", type=int, default=160, show_default=True)
 @click.option("--history-window", type=int, default=None, help="as the model was trained")
 @click.option("--image-size", type=(int, int), default=None, help="frame size the model sees")
 @click.option("--device", default="cpu", show_default=True)
 def eval_command(
-    model: Path,
-    dataset: Path,
+    paths: tuple[Path, ...],
+    agent: str | None,
     splits: str,
+    seed: int,
+    resamples: int,
     online: bool,
     max_new_tokens: int,
     history_window: int | None,
     image_size: tuple[int, int] | None,
     device: str,
 ) -> None:
-    """Evaluate MODEL (a model folder) on DATASET, teacher-forced and live."""
+    """Evaluate MODEL (a model folder) on DATASET, teacher-forced and live, beside the
+    baselines; or, with --agent, one baseline without a model."""
     from odyssey_core.envs.persona.dataset import read_dataset
+    from odyssey_core.recipes.espo.metrics import (
+        BASELINE_AGENTS,
+        baseline_outcomes,
+        evaluate_outcomes,
+        metrics_table_markdown,
+        trivial_baselines,
+    )
+
+    if agent is not None and agent not in BASELINE_AGENTS:
+        raise click.BadParameter(
+            f"{agent!r} is not a baseline; choose one of {', '.join(BASELINE_AGENTS)}",
+            param_hint="--agent",
+        )
+    wanted = 1 if agent is not None else 2
+    if len(paths) != wanted:
+        usage = "--agent NAME DATASET" if agent is not None else "MODEL DATASET"
+        raise click.UsageError(f"expected {usage}, got {len(paths)} path(s)")
+    dataset = paths[-1]
+    chosen_splits = [s.strip() for s in splits.split(",") if s.strip()]
+    try:
+        by_split = {split: read_dataset(dataset, split=split) for split in chosen_splits}
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err)) from None
+    episodes = [e for chosen in by_split.values() for e in chosen]
+    if not episodes:
+        raise click.ClickException(f"{dataset} has no episodes in the splits {splits}")
+
+    if agent is not None:
+        outcomes = baseline_outcomes(episodes, agent, seed)
+        metrics = evaluate_outcomes(outcomes, episodes=episodes, seed=seed, resamples=resamples)
+        summary = {
+            "agent": agent,
+            "dataset": str(dataset),
+            "splits": [split for split, chosen in by_split.items() if chosen],
+            "seed": seed,
+            **metrics.summary(),
+        }
+        click.echo(json.dumps(summary, indent=2))
+        return
+
     from odyssey_core.policy.base import GenerationParams
     from odyssey_core.recipes.espo.evaluation import (
         evaluate_offline,
         evaluate_online,
         load_espo_policy,
     )
-    from odyssey_core.recipes.espo.metrics import (
-        evaluate_outcomes,
-        metrics_table_markdown,
-        trivial_baselines,
-    )
 
+    model = paths[0]
     policy = load_espo_policy(model, image_size=image_size, device=device)
     generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
-    episodes, outcomes, successes = [], [], []
-    for split in [s.strip() for s in splits.split(",") if s.strip()]:
-        chosen = read_dataset(dataset, split=split)
+    model_outcomes, successes = [], []
+    for split, chosen in by_split.items():
         if not chosen:
             continue
         kwargs = {"split": split, "generation": generation, "history_window": history_window}
-        episodes += chosen
-        outcomes += evaluate_offline(policy, dataset, chosen, **kwargs)
+        model_outcomes += evaluate_offline(policy, dataset, chosen, **kwargs)
         if online:
             successes += [r.success for r in evaluate_online(policy, dataset, chosen, **kwargs)]
-    if not episodes:
-        raise click.ClickException(f"{dataset} has no episodes in the splits {splits}")
-    metrics = evaluate_outcomes(outcomes, episodes=episodes, online_success=successes or None)
-    click.echo(metrics_table_markdown({model.name: metrics}, trivial_baselines(episodes)))
+    metrics = evaluate_outcomes(
+        model_outcomes,
+        episodes=episodes,
+        online_success=successes or None,
+        seed=seed,
+        resamples=resamples,
+    )
+    baselines = trivial_baselines(episodes, seed, resamples=resamples)
+    click.echo(metrics_table_markdown({model.name: metrics}, baselines))
