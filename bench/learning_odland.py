@@ -77,7 +77,7 @@ def settings_for(
                 "generation": GENERATION,
                 "score_micro_batch": 8,
             },
-            "estimator": estimator,
+            "advantage": {"estimator": estimator},
             "ppo": {"minibatch_size": args.minibatch, "lr": args.lr},
             "critic": {
                 "input_height": 72,

@@ -129,7 +129,7 @@ def child(args: argparse.Namespace) -> None:
     config = TrainerConfig(
         budget=EpisodeBudget(args.trajectories),
         estimator="ppo_critic",
-        advantage=AdvantageSettings(gamma=0.99),
+        advantage=AdvantageSettings(estimator="ppo_critic", gamma=0.99),
         objective="token_ppo",
         objective_settings=ObjectiveSettings(),
         minibatch_size=args.minibatch,

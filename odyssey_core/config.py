@@ -1,24 +1,69 @@
 """Configuration as pydantic models, loaded from the YAML presets under ``configs/``.
 
 A preset is a YAML file whose top-level keys are sections (``env``, ...). Later stages add
-their own sections; unknown keys are rejected so a typo never passes silently.
+their own sections; unknown keys are rejected so a typo never passes silently, and a key a
+model renamed fails with the name that replaced it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 GameName = Literal["odland", "mario"]
 FallbackName = Literal["noop", "random"]
 
 
+def renamed_keys_used(data: Any, renamed: Mapping[str, str]) -> list[str]:
+    """One message per key of ``renamed`` (a dotted path: ``ppo.eps_low``) that the nested
+    mapping ``data`` sets, naming what replaces it."""
+    used = []
+    for old, new in renamed.items():
+        node = data
+        for part in old.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                break
+            node = node[part]
+        else:
+            used.append(f"{old} was renamed: use {new}")
+    return used
+
+
+def reject_renamed_keys(data: Any, renamed: Mapping[str, str]) -> None:
+    """Raise ``ValueError`` naming the replacement of every renamed key ``data`` still sets."""
+    used = renamed_keys_used(data, renamed)
+    if used:
+        raise ValueError("; ".join(used))
+
+
 class StrictModel(BaseModel):
+    """A settings model: unknown keys are errors, instances are frozen. ``renamed_keys`` maps
+    the dotted path of a key the model no longer has to what replaces it, so an old preset
+    fails with the new name instead of a bare "extra inputs are not permitted"."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+    renamed_keys: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_renamed_keys(cls, data: Any) -> Any:
+        reject_renamed_keys(data, cls.renamed_keys)
+        return data
+
+
+def redefault(base: type[BaseModel], name: str, default: Any, description: str) -> Any:
+    """Field ``name`` of ``base`` with its bounds kept and its own ``default`` and
+    ``description``: how a recipe's section gives a shared knob the recipe's value
+    (``clip_low: float = redefault(PPOSettings, "clip_low", 0.1, "Table 2")``)."""
+    return FieldInfo.merge_field_infos(
+        base.model_fields[name], default=default, description=description
+    )
 
 
 class GameBoyEnvConfig(StrictModel):
@@ -141,16 +186,21 @@ def load_preset(
     *,
     kind: str = "",
     what: str = "config",
+    moved_from: str | None = None,
 ) -> M:
     """Every preset loader in one: find the file (a name under ``configs/<kind>/`` or a path),
     follow ``inherit:``, lay nested ``overrides`` over it, and validate into ``model``; errors
-    name the file and list the presets there are."""
+    name the file and list the presets there are. ``moved_from``: the folder under
+    ``configs/`` these presets lived in before; a path into it is told where they are now."""
     path = preset_path(preset, kind)
     if not path.is_file():
         folder = config_dir() / kind
         known = ", ".join(sorted(p.stem for p in folder.glob("*.yaml"))) or "(none found)"
+        moved = ""
+        if moved_from is not None and path.parent.as_posix().endswith(f"configs/{moved_from}"):
+            moved = f" (configs/{moved_from}/ moved to configs/{kind}/: use {folder / path.name})"
         raise FileNotFoundError(
-            f"{what} preset {str(preset)!r} not found at {path}; known presets: {known}"
+            f"{what} preset {str(preset)!r} not found at {path}{moved}; known presets: {known}"
         )
     data = deep_merge(read_preset(path), dict(overrides or {}))
     try:

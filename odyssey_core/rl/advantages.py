@@ -5,9 +5,10 @@ Every registered estimator has one signature over the batch, ``fn(batch, setting
 (advantages, returns)``: ``batch`` is a :class:`~odyssey_core.rollout.batch.TurnBatch` (or any
 :class:`AdvantageInputs`): 1-D float ``rewards``, long ``episode_ids`` with the turns of an
 episode contiguous and in time order, ``values`` where the entry needs them; ``settings`` is
-an :class:`AdvantageSettings`. Each :class:`Estimator` entry carries its own metadata:
-whether it reads V(o_t) (``needs_values``) and whether it compares episodes within groups
-(``grouped``, which reads ``batch.group_id``).
+the preset's ``advantage:`` section, an :class:`AdvantageSettings`. Each :class:`Estimator`
+entry carries its own metadata: whether it reads V(o_t) (``needs_values``), whether it
+compares episodes within groups (``grouped``, which reads ``batch.group_id``) and which
+:class:`AdvantageSettings` subclass it reads (``settings``: ESPO's adds its gates' knobs).
 
 Shared conventions of the Odysseus estimators:
 - ``returns`` is the discounted return-to-go R_t = sum_{i>=t} gamma^(i-t) r_i inside the
@@ -24,8 +25,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+from pydantic import Field, model_validator
 
 from odyssey_core.common.registry import Registry
+from odyssey_core.config import StrictModel
 
 EPS = 1e-8
 NO_SPREAD = 1e-6  # a spread below this share of the largest |value| counts as none
@@ -43,11 +46,33 @@ class AdvantageInputs(Protocol):
     group_id: torch.Tensor | None
 
 
-@dataclass(frozen=True)
-class AdvantageSettings:
-    gamma: float  # discount
-    gae_lambda: float = 1.0  # GAE's lambda (GAE only)
-    normalize: bool = False  # GAE: standardise the advantages over the batch afterwards
+class AdvantageSettings(StrictModel):
+    """A training preset's ``advantage:`` section: the estimator, by name, and what it reads.
+    Each recipe subclasses it for its own defaults; an estimator with knobs of its own reads a
+    subclass that adds them (its :class:`Estimator` entry names that class, and a section
+    that lacks them is an error, never a silent default)."""
+
+    estimator: str = Field(description="a name in ESTIMATORS")
+    gamma: float = Field(ge=0, le=1, description="the discount")
+    gae_lambda: float = Field(default=1.0, ge=0, le=1, description="GAE's lambda (gae only)")
+    normalize: bool = Field(
+        default=False, description="gae: standardise the advantages over the batch afterwards"
+    )
+
+    @model_validator(mode="after")
+    def _estimator_reads_this_section(self) -> AdvantageSettings:
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(
+                f"unknown estimator {self.estimator!r}; known: {', '.join(ESTIMATORS.names())}"
+            )
+        wanted = ESTIMATORS.get(self.estimator).settings
+        if not isinstance(self, wanted):
+            raise ValueError(
+                f"estimator {self.estimator!r} reads {wanted.__name__}'s fields "
+                f"({', '.join(sorted(set(wanted.model_fields) - set(type(self).model_fields)))}), "
+                f"which this recipe's advantage section ({type(self).__name__}) does not have"
+            )
+        return self
 
 
 EstimatorFn = Callable[[AdvantageInputs, AdvantageSettings], tuple[torch.Tensor, torch.Tensor]]
@@ -59,6 +84,7 @@ class Estimator:
     needs_values: bool  # reads V(o_t)
     grouped: bool = False  # compares the episodes of a group (reads group_id)
     bootstraps: bool = False  # reads V(o_{t+1}) after truncations (bootstrap_values)
+    settings: type[AdvantageSettings] = AdvantageSettings  # the section class it reads
 
     def __call__(
         self, batch: AdvantageInputs, settings: AdvantageSettings
@@ -67,6 +93,10 @@ class Estimator:
             raise ValueError(f"{self.fn.__name__} needs the value function's values")
         if self.grouped and batch.group_id is None:
             raise ValueError(f"{self.fn.__name__} compares episodes in groups: set group_id")
+        if not isinstance(settings, self.settings):
+            raise TypeError(
+                f"{self.fn.__name__} reads {self.settings.__name__}, got {type(settings).__name__}"
+            )
         return self.fn(batch, settings)
 
 
@@ -74,12 +104,18 @@ ESTIMATORS: Registry[Estimator] = Registry("advantage estimator")
 
 
 def estimator(
-    name: str, *, needs_values: bool = False, grouped: bool = False, bootstraps: bool = False
+    name: str,
+    *,
+    needs_values: bool = False,
+    grouped: bool = False,
+    bootstraps: bool = False,
+    settings: type[AdvantageSettings] = AdvantageSettings,
 ) -> Callable[[EstimatorFn], EstimatorFn]:
-    """Register ``fn(batch, settings)`` under ``name`` with its metadata."""
+    """Register ``fn(batch, settings)`` under ``name`` with its metadata; ``settings`` is the
+    :class:`AdvantageSettings` subclass it reads."""
 
     def wrap(fn: EstimatorFn) -> EstimatorFn:
-        ESTIMATORS.register(name, Estimator(fn, needs_values, grouped, bootstraps))
+        ESTIMATORS.register(name, Estimator(fn, needs_values, grouped, bootstraps, settings))
         return fn
 
     return wrap
@@ -284,7 +320,7 @@ def gae(batch: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tens
 
 
 def compute_advantages(
-    name: str, batch: AdvantageInputs, settings: AdvantageSettings
+    batch: AdvantageInputs, settings: AdvantageSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Look up ``name`` in :data:`ESTIMATORS` and apply it to ``batch``."""
-    return ESTIMATORS.get(name)(batch, settings)
+    """Apply the estimator ``settings.estimator`` names to ``batch``."""
+    return ESTIMATORS.get(settings.estimator)(batch, settings)

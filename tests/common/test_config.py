@@ -1,8 +1,19 @@
+from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+from pydantic import Field, ValidationError
 
-from odyssey_core.config import GameBoyEnvConfig, available_presets, load_config
+from odyssey_core.config import (
+    GameBoyEnvConfig,
+    StrictModel,
+    available_presets,
+    load_config,
+    load_preset,
+    redefault,
+    renamed_keys_used,
+)
 
 
 def test_presets_load_into_models() -> None:
@@ -40,3 +51,51 @@ def test_defaults_are_the_papers_turn_semantics() -> None:
     config = GameBoyEnvConfig()
     assert (config.hold_frames, config.jump_hold_frames, config.settle_frames) == (5, 15, 1)
     assert config.max_turns == 400
+
+
+# -- renamed keys, shared bounds, moved folders ----------------------------------------------------
+
+
+class _Inner(StrictModel):
+    clip_low: float = Field(default=0.2, ge=0, lt=1)
+
+
+class _Renamed(StrictModel):
+    renamed_keys: ClassVar[Mapping[str, str]] = {
+        "estimator": "advantage.estimator",
+        "ppo.eps_low": "ppo.clip_low",
+    }
+
+    ppo: _Inner = _Inner()
+
+
+class _Narrowed(_Inner):
+    clip_low: float = redefault(_Inner, "clip_low", 0.1, "the recipe's value")
+
+
+def test_a_renamed_key_fails_naming_its_replacement() -> None:
+    with pytest.raises(ValidationError) as raised:
+        _Renamed.model_validate({"estimator": "gae", "ppo": {"eps_low": 0.1}})
+    message = str(raised.value)
+    assert "estimator was renamed: use advantage.estimator" in message
+    assert "ppo.eps_low was renamed: use ppo.clip_low" in message
+    assert renamed_keys_used({"ppo": {"clip_low": 0.1}}, _Renamed.renamed_keys) == []
+    assert renamed_keys_used({"ppo": 3}, _Renamed.renamed_keys) == []  # not a mapping: not set
+    assert _Renamed.model_validate({"ppo": {"clip_low": 0.1}}).ppo.clip_low == 0.1
+
+
+def test_redefault_keeps_the_bounds_and_changes_the_default() -> None:
+    assert _Narrowed().clip_low == 0.1
+    assert _Narrowed.model_fields["clip_low"].description == "the recipe's value"
+    with pytest.raises(ValidationError, match="less than 1"):
+        _Narrowed(clip_low=1.5)
+    assert _Inner().clip_low == 0.2  # the base keeps its own
+
+
+def test_a_preset_in_a_moved_folder_is_told_where_it_went(tmp_path: Path) -> None:
+    old = tmp_path / "configs" / "old_place" / "tiny.yaml"
+    with pytest.raises(FileNotFoundError, match=r"configs/old_place/ moved to configs/new/place/"):
+        load_preset(_Inner, old, kind="new/place", moved_from="old_place")
+    with pytest.raises(FileNotFoundError) as raised:
+        load_preset(_Inner, tmp_path / "elsewhere.yaml", kind="new/place", moved_from="old_place")
+    assert "moved to" not in str(raised.value)

@@ -52,11 +52,12 @@ with no steps has S = 0 under every reading (gate 0.5: no evidence either way).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
 import torch
+from pydantic import Field
 
+from odyssey_core.config import redefault
 from odyssey_core.envs.persona.episode import STAGES
 from odyssey_core.rl.advantages import AdvantageInputs, AdvantageSettings, estimator
 
@@ -77,28 +78,37 @@ Combine = Literal["broadcast", "reward_sum"]
 StdKind = Literal["population", "sample"]
 
 
-@dataclass(frozen=True)
 class EspoAdvantageSettings(AdvantageSettings):
-    """The COUT reward's and the episode-wise advantage's knobs (paper: k = w = 1)."""
+    """ESPO's ``advantage:`` section: the estimator, the chain-of-user-thought reward's and the
+    episode-wise advantage's knobs (paper: k = w = 1)."""
 
-    gamma: float = 1.0  # unused: ESPO does not discount (each step is scored on its own)
-    k: float = 1.0  # the gates' temperature
-    w: float = 1.0  # the weight of the episode-wise term
-    accumulation: Accumulation = "signed"  # how a stage's accuracies add up to S
-    use_phi: bool = True  # False: the no-phi (intent confidence) ablation
-    use_psi: bool = True  # False: the no-psi (intent contribution) ablation
-    combine: Combine = "broadcast"  # A_step + w * A_COUT, or r + w * R_COUT then normalised
-    std: StdKind = "sample"  # EasyR1's GRPO: the sample (Bessel-corrected) std
-    eps: float = 1e-6  # EasyR1's GRPO epsilon
-
-    def __post_init__(self) -> None:
-        for name, kind in (("accumulation", Accumulation), ("combine", Combine), ("std", StdKind)):
-            if getattr(self, name) not in get_args(kind):
-                raise ValueError(
-                    f"{name} must be one of {get_args(kind)}, got {getattr(self, name)!r}"
-                )
-        if self.k <= 0 or self.w < 0 or self.eps <= 0:
-            raise ValueError(f"need k > 0, w >= 0 and eps > 0; got {self.k}, {self.w}, {self.eps}")
+    estimator: Literal["espo", "grpo_step"] = Field(
+        default="espo", description="espo: A_step + w * A_COUT; grpo_step: vanilla step GRPO"
+    )
+    gamma: float = redefault(
+        AdvantageSettings,
+        "gamma",
+        1.0,
+        "unused: ESPO does not discount (each step is scored on its own)",
+    )
+    k: float = Field(default=1.0, gt=0, description="the gates' temperature (paper: 1.0)")
+    w: float = Field(default=1.0, ge=0, description="the COUT advantage weight (paper: 1.0)")
+    accumulation: Accumulation = Field(
+        default="signed",
+        description="how a stage's step accuracies add up to S_gui / S_rec (see the module "
+        "docstring: signed is the only reading whose gate can close at k=1)",
+    )
+    use_phi: bool = Field(default=True, description="false: the no-phi ablation")
+    use_psi: bool = Field(default=True, description="false: the no-psi ablation")
+    combine: Combine = Field(
+        default="broadcast",
+        description="broadcast: A_step + w * A_COUT; reward_sum: r + w * R_COUT, then "
+        "group-relative per step",
+    )
+    std: StdKind = Field(
+        default="sample", description="group-relative normalisation (EasyR1: sample std)"
+    )
+    eps: float = Field(default=1e-6, gt=0, description="EasyR1's GRPO epsilon")
 
 
 class EspoInputs(AdvantageInputs, Protocol):
@@ -162,12 +172,6 @@ def group_relative(x: torch.Tensor, std: StdKind, eps: float) -> torch.Tensor:
 
 
 # -- the batch layout ----------------------------------------------------------------------------
-
-
-def _as_espo(settings: AdvantageSettings) -> EspoAdvantageSettings:
-    if isinstance(settings, EspoAdvantageSettings):
-        return settings
-    return EspoAdvantageSettings(gamma=settings.gamma)
 
 
 def _group_layout(batch: AdvantageInputs) -> list[torch.Tensor]:
@@ -278,36 +282,36 @@ def episode_cout_rewards(batch: EspoInputs, settings: EspoAdvantageSettings) -> 
 # -- the estimators ------------------------------------------------------------------------------
 
 
-@estimator("grpo_step", grouped=True)
+@estimator("grpo_step", grouped=True, settings=EspoAdvantageSettings)
 def grpo_step(
-    batch: AdvantageInputs, settings: AdvantageSettings
+    batch: AdvantageInputs, settings: EspoAdvantageSettings
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A[g, t] = (r[g, t] - mean_g r[., t]) / (std_g r[., t] + eps): vanilla GRPO over the G
     samples of the same step; returns = r."""
-    options = _as_espo(settings)
     rewards = batch.rewards.to(torch.float64)
     advantages = torch.zeros_like(rewards)
     for rows in _group_layout(batch):
-        advantages[rows] = group_relative(rewards[rows], options.std, options.eps)
+        advantages[rows] = group_relative(rewards[rows], settings.std, settings.eps)
     return advantages.float(), batch.rewards.float().clone()
 
 
-@estimator("espo", grouped=True)
-def espo(batch: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tensor, torch.Tensor]:
+@estimator("espo", grouped=True, settings=EspoAdvantageSettings)
+def espo(
+    batch: AdvantageInputs, settings: EspoAdvantageSettings
+) -> tuple[torch.Tensor, torch.Tensor]:
     """broadcast: A = A_step + w * A_COUT; reward_sum: A = norm_g(r + w * R_COUT_g);
     returns = r (see the module docstring for A_step, A_COUT and R_COUT)."""
-    options = _as_espo(settings)
     layout = _group_layout(batch)
-    couts = _cout_per_episode(batch, layout, options)  # type: ignore[arg-type]
+    couts = _cout_per_episode(batch, layout, settings)  # type: ignore[arg-type]
     rewards = batch.rewards.to(torch.float64)
     advantages = torch.zeros_like(rewards)
     for rows, cout in zip(layout, couts, strict=True):
         step_rewards, episode_reward = rewards[rows], cout[:, None]  # [G, T], [G, 1]
-        if options.combine == "broadcast":
-            a_step = group_relative(step_rewards, options.std, options.eps)
-            a_cout = group_relative(episode_reward, options.std, options.eps)
-            advantages[rows] = a_step + options.w * a_cout
+        if settings.combine == "broadcast":
+            a_step = group_relative(step_rewards, settings.std, settings.eps)
+            a_cout = group_relative(episode_reward, settings.std, settings.eps)
+            advantages[rows] = a_step + settings.w * a_cout
         else:
-            shaped = step_rewards + options.w * episode_reward
-            advantages[rows] = group_relative(shaped, options.std, options.eps)
+            shaped = step_rewards + settings.w * episode_reward
+            advantages[rows] = group_relative(shaped, settings.std, settings.eps)
     return advantages.float(), batch.rewards.float().clone()

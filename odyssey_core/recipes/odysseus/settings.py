@@ -3,37 +3,41 @@
 A preset is a YAML mapping of the sections below. A preset may start with
 ``inherit: other.yaml`` (a path relative to the preset's own folder): the other file is loaded
 first (recursively) and this file's keys are deep-merged on top, so the Figure 4 estimator
-presets are three-line overlays on ``compare.yaml``. Unknown keys are errors.
+presets are three-line overlays on ``compare.yaml``. Unknown keys are errors; a renamed key
+fails with its new name (:attr:`RLTrainSettings.renamed_keys`). The sections every recipe
+shares (``rollout``, ``advantage``, ``ppo``, ``launch``, ...) are
+:class:`~odyssey_core.rl.train_settings.TrainSettings`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from odyssey_core.config import (
     GameBoyEnvConfig,
     StrictModel,
     config_dir,
     load_preset,
+    redefault,
     resolve_data_path,
 )
-from odyssey_core.launch import LaunchSettings
-from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
-from odyssey_core.policy.weight_sync import RolloutBackendSettings
-from odyssey_core.rl.advantages import ESTIMATORS
+from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
+from odyssey_core.rl.train_settings import PPOSettings, RolloutSettings, TrainSettings
 
 __all__ = [
     "ODYSSEUS_ESTIMATORS",
     "CurriculumSettings",
     "ModelSettings",
-    "PPOSettings",
+    "OdysseusAdvantageSettings",
+    "OdysseusPPOSettings",
+    "OdysseusRolloutSettings",
     "RLTrainSettings",
-    "RolloutSettings",
     "load_train_settings",
 ]
 
@@ -50,29 +54,40 @@ ODYSSEUS_ESTIMATORS = (
 )
 
 
-class PPOSettings(StrictModel):
+class OdysseusAdvantageSettings(AdvantageSettings):
+    """One of the seven estimators of Appendix C.1 (Figure 4 compares them)."""
+
+    estimator: str = redefault(
+        AdvantageSettings,
+        "estimator",
+        "ppo_critic_pos",
+        "Section 4: positive-advantage filtering with the CNN critic; any name in ESTIMATORS "
+        "(ODYSSEUS_ESTIMATORS are the paper's)",
+    )
+    gamma: float = redefault(
+        AdvantageSettings, "gamma", 0.95, "Tables 4 and 9: discount factor 0.95"
+    )
+
+
+class OdysseusPPOSettings(PPOSettings):
     """The clipped surrogate of Appendix C.1, token-mean over each minibatch (verl style)."""
 
-    eps_low: float = Field(default=0.2, ge=0, lt=1, description="Tables 4 and 9: epsilon_low 0.2")
-    eps_high: float = Field(default=0.28, ge=0, description="Tables 4 and 9: epsilon_high 0.28")
-    gamma: float = Field(
-        default=0.95, ge=0, le=1, description="Tables 4 and 9: discount factor 0.95"
+    clip_low: float = redefault(PPOSettings, "clip_low", 0.2, "Tables 4 and 9: epsilon_low 0.2")
+    clip_high: float = redefault(
+        PPOSettings, "clip_high", 0.28, "Tables 4 and 9: epsilon_high 0.28"
     )
-    epochs: int = Field(default=1, ge=1, description="Tables 4 and 9: 1 epoch per training step")
-    minibatch_size: int = Field(
-        default=4096, ge=1, description="turns per minibatch: Table 9 4096 (Table 4: 1024)"
+    epochs: int = redefault(PPOSettings, "epochs", 1, "Tables 4 and 9: 1 epoch per training step")
+    minibatch_size: int = redefault(
+        PPOSettings, "minibatch_size", 4096, "turns per minibatch: Table 9 4096 (Table 4: 1024)"
     )
-    lr: float = Field(
-        default=1e-6, gt=0, description="Table 9: 1e-6, constant (Table 4 ablations: 5e-5)"
+    lr: float = redefault(
+        PPOSettings, "lr", 1e-6, "Table 9: 1e-6, constant (Table 4 ablations: 5e-5)"
     )
-    grad_clip: float = Field(
-        default=1.0, gt=0, description="actor gradient-norm clip (not given; verl's default)"
+    grad_clip: float = redefault(
+        PPOSettings, "grad_clip", 1.0, "actor gradient-norm clip (not given; verl's default)"
     )
     kl_coef: float = Field(
         default=0.0, ge=0, description="beta of the k3 KL-to-reference penalty; the paper uses none"
-    )
-    entropy_coef: float = Field(
-        default=0.0, ge=0, description="entropy bonus coefficient; the paper uses none"
     )
     skip_zero_advantage: bool = Field(
         default=True,
@@ -93,7 +108,7 @@ class CurriculumSettings(StrictModel):
     )
 
 
-class RolloutSettings(StrictModel):
+class OdysseusRolloutSettings(RolloutSettings):
     """How each training step collects its batch (Table 4 / Table 9 "rollout" rows)."""
 
     num_trajectories: int = Field(default=128, ge=1, description="complete episodes per step")
@@ -102,17 +117,11 @@ class RolloutSettings(StrictModel):
     vector: Literal["sync", "subproc"] = Field(
         default="sync", description="in-process envs or one worker process per env"
     )
-    generation: GenerationParams = Field(
-        default=GenerationParams(temperature=1.0, top_p=1.0, max_new_tokens=1024),
-        description="Table 4: temperature 1, top_p 1, response length 1024",
-    )
-    score_micro_batch: int = Field(
-        default=4, ge=1, description="turns per forward pass when (re)scoring log-probs"
-    )
-    backend: RolloutBackendSettings = Field(
-        default=RolloutBackendSettings(),
-        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
-        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
+    generation: GenerationParams = redefault(
+        RolloutSettings,
+        "generation",
+        GenerationParams(temperature=1.0, top_p=1.0, max_new_tokens=1024),
+        "Table 4: temperature 1, top_p 1, response length 1024",
     )
     start_states: dict[str, Path] = Field(
         default_factory=dict,
@@ -121,44 +130,33 @@ class RolloutSettings(StrictModel):
     )
 
 
-class RLTrainSettings(StrictModel):
-    """Everything one RL run needs; each section maps onto one building block."""
+class RLTrainSettings(TrainSettings):
+    """Everything one Odysseus run needs; each section maps onto one building block."""
 
-    seed: int = 0
+    renamed_keys: ClassVar[Mapping[str, str]] = {
+        "estimator": "advantage.estimator",
+        "ppo.eps_low": "ppo.clip_low",
+        "ppo.eps_high": "ppo.clip_high",
+        "ppo.gamma": "advantage.gamma",
+        "actor_weight_decay": "ppo.weight_decay",
+    }
+
     steps: int = Field(default=100, ge=1, description="training steps (Table 9: 190)")
     max_turn_samples: int | None = Field(
         default=None,
         ge=1,
         description="also stop once this many turns were collected (Section 4.2: 0.38M)",
     )
-    checkpoint_every: int = Field(default=10, ge=1, description="steps between checkpoints")
     out_dir: Path | None = Field(default=None, description="overridden by `--out`")
-    model: ModelSettings = ModelSettings()
-    lora: LoraSettings | None = Field(default=None, description="null: full fine-tuning")
     env: GameBoyEnvConfig = Field(
         default=GameBoyEnvConfig(), description="turn settings shared by every level"
     )
     levels: list[str] = Field(default=["odland-1-1"], min_length=1, description="env names")
-    rollout: RolloutSettings = RolloutSettings()
-    estimator: str = Field(default="ppo_critic_pos", description="a name in ESTIMATORS")
-    ppo: PPOSettings = PPOSettings()
-    actor_weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
+    rollout: OdysseusRolloutSettings = OdysseusRolloutSettings()
+    advantage: OdysseusAdvantageSettings = OdysseusAdvantageSettings()
+    ppo: OdysseusPPOSettings = OdysseusPPOSettings()
     critic: CriticSettings = CriticSettings()
     curriculum: CurriculumSettings = CurriculumSettings()
-    deepspeed: Path | None = Field(
-        default=None, description="a ZeRO-2 JSON for the policy update (GPU launcher), or null"
-    )
-    launch: LaunchSettings = Field(
-        default=LaunchSettings(),
-        description="processes and launcher of the pipeline's training stage (1: in-process)",
-    )
-
-    @field_validator("estimator")
-    @classmethod
-    def _known_estimator(cls, name: str) -> str:
-        if name not in ESTIMATORS.names():
-            raise ValueError(f"unknown estimator {name!r}; known: {ESTIMATORS.names()}")
-        return name
 
     @model_validator(mode="after")
     def _supported(self) -> RLTrainSettings:
@@ -177,11 +175,6 @@ class RLTrainSettings(StrictModel):
                 )
             self.rollout.start_states[level] = found
         return self
-
-    @property
-    def needs_values(self) -> bool:
-        """Whether the estimator reads the critic (the others train it for its metrics only)."""
-        return ESTIMATORS.get(self.estimator).needs_values
 
 
 def load_train_settings(

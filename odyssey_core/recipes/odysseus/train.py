@@ -25,18 +25,27 @@ from odyssey_core.eval.collapse import collapse_metrics
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
-from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
 from odyssey_core.rl.policy import build_policy, build_reference
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig
 from odyssey_core.rl.updater import UpdaterSettings, build_updater
-from odyssey_core.rl.value_functions import CNNValue
+from odyssey_core.rl.value_functions import ValueFunctionInputs, make_value_function
 from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import Collector, EpisodeBudget, default_info_extras
 
-__all__ = ["build_trainer", "build_vector_env", "gameboy_info_extras", "trainer_config"]
+__all__ = [
+    "VALUE_FUNCTION",
+    "build_trainer",
+    "build_vector_env",
+    "gameboy_info_extras",
+    "trainer_config",
+]
+
+#: the name in VALUE_FUNCTIONS every Odysseus run trains: the turn-level CNN critic (Section
+#: 4.1), read by the critic estimators and fitted for its metrics under the others
+VALUE_FUNCTION = "cnn"
 
 
 def gameboy_info_extras(before: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
@@ -62,12 +71,12 @@ def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
     return TrainerConfig.for_run(
         s,
         budget=EpisodeBudget(s.rollout.num_trajectories),
-        estimator=s.estimator,
-        advantage=AdvantageSettings(gamma=s.ppo.gamma),
+        estimator=s.advantage.estimator,
+        advantage=s.advantage,
         objective="token_ppo",
         objective_settings=ObjectiveSettings(
-            eps_low=s.ppo.eps_low,
-            eps_high=s.ppo.eps_high,
+            eps_low=s.ppo.clip_low,
+            eps_high=s.ppo.clip_high,
             kl_coef=s.ppo.kl_coef,
             entropy_coef=s.ppo.entropy_coef,
         ),
@@ -113,7 +122,7 @@ def build_trainer(
         policy.model,
         UpdaterSettings(
             lr=s.ppo.lr,
-            weight_decay=s.actor_weight_decay,
+            weight_decay=s.ppo.weight_decay,
             grad_clip=s.ppo.grad_clip,
             deepspeed=s.deepspeed,
             dtype=s.model.dtype,
@@ -125,7 +134,10 @@ def build_trainer(
         trainer_config(s),
         policy,
         collector,
-        CNNValue(s.critic, seed=s.seed, device=s.model.device),
+        make_value_function(
+            VALUE_FUNCTION,
+            ValueFunctionInputs(policy, seed=s.seed, critic=s.critic, device=s.model.device),
+        ),
         updater,
         out,
         hooks=[

@@ -123,6 +123,7 @@ def test_both_estimators_are_registered_as_grouped() -> None:
         entry = ESTIMATORS.get(name)
         assert entry.grouped and not entry.needs_values and not entry.bootstraps
     assert ESTIMATORS.get("espo").fn is espo and ESTIMATORS.get("grpo_step").fn is grpo_step
+    assert ESTIMATORS.get("espo").settings is EspoAdvantageSettings
 
 
 def test_golden_step_rewards() -> None:
@@ -228,7 +229,7 @@ def test_golden_broadcast_advantage() -> None:
     assert advantages.dtype == torch.float32
     assert torch.equal(returns, GOLDEN.rewards)
     # the estimator through the registry, as the trainer calls it
-    via_registry, _ = compute_advantages("espo", GOLDEN, EspoAdvantageSettings())
+    via_registry, _ = compute_advantages(GOLDEN, EspoAdvantageSettings())
     assert torch.equal(via_registry, advantages)
 
 
@@ -236,9 +237,17 @@ def test_grpo_step_is_a_step_alone() -> None:
     advantages, returns = grpo_step(GOLDEN, EspoAdvantageSettings())
     assert_rows(advantages, A_STEP)
     assert torch.equal(returns, GOLDEN.rewards)
-    # plain AdvantageSettings read as ESPO's defaults (sample std, eps 1e-6)
-    plain, _ = compute_advantages("grpo_step", GOLDEN, AdvantageSettings(gamma=0.9))
-    assert torch.equal(plain, advantages)
+    via_registry, _ = compute_advantages(GOLDEN, EspoAdvantageSettings(estimator="grpo_step"))
+    assert torch.equal(via_registry, advantages)
+
+
+def test_settings_without_espos_fields_are_refused_not_defaulted() -> None:
+    # a section without std / eps / k / w is an error, never read as ESPO's defaults
+    with pytest.raises(ValueError, match=r"estimator 'grpo_step' reads EspoAdvantageSettings"):
+        AdvantageSettings(estimator="grpo_step", gamma=0.9)
+    plain = AdvantageSettings.model_construct(estimator="grpo_step", gamma=0.9)
+    with pytest.raises(TypeError, match="grpo_step reads EspoAdvantageSettings"):
+        ESTIMATORS.get("grpo_step")(GOLDEN, plain)
 
 
 @pytest.mark.parametrize("combine", ["broadcast", "reward_sum"])
@@ -331,7 +340,7 @@ def test_missing_columns_are_errors() -> None:
     with pytest.raises(ValueError, match=r"espo needs batch\.stage"):
         espo(GOLDEN.with_fields(stage=None), EspoAdvantageSettings())
     with pytest.raises(ValueError, match="compares episodes in groups"):
-        compute_advantages("espo", GOLDEN.with_fields(group_id=None), EspoAdvantageSettings())
+        compute_advantages(GOLDEN.with_fields(group_id=None), EspoAdvantageSettings())
     with pytest.raises(ValueError, match="group_id must be set"):
         grpo_step(GOLDEN.with_fields(group_id=None), EspoAdvantageSettings())
 
@@ -395,11 +404,12 @@ def test_settings_are_checked() -> None:
         "sample",
         1e-6,
     )
-    with pytest.raises(ValueError, match="accumulation must be one of"):
+    with pytest.raises(ValueError, match=r"accumulation\n  Input should be 'signed'"):
         EspoAdvantageSettings(accumulation="product")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="std must be one of"):
+    with pytest.raises(ValueError, match=r"std\n  Input should be 'population' or 'sample'"):
         EspoAdvantageSettings(std="mad")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="need k > 0"):
-        EspoAdvantageSettings(k=0.0)
-    with pytest.raises(ValueError, match="need k > 0"):
-        EspoAdvantageSettings(eps=0.0)
+    for field, value in (("k", 0.0), ("w", -1.0), ("eps", 0.0)):
+        with pytest.raises(ValueError, match=rf"{field}\n  Input should be greater than"):
+            EspoAdvantageSettings(**{field: value})
+    with pytest.raises(ValueError, match="estimator"):
+        EspoAdvantageSettings(estimator="gae")  # ESPO has no value function

@@ -39,8 +39,8 @@ def test_compare_preset_carries_table_4_and_table_7() -> None:
     assert s.rollout.max_turns == 80 and s.rollout.num_trajectories == 128
     g = s.rollout.generation
     assert (g.top_p, g.temperature, g.max_new_tokens) == (1.0, 1.0, 1024)
-    assert (s.ppo.epochs, s.ppo.minibatch_size, s.ppo.gamma) == (1, 1024, 0.95)
-    assert (s.ppo.eps_low, s.ppo.eps_high, s.ppo.lr) == (0.2, 0.28, 5e-5)
+    assert (s.ppo.epochs, s.ppo.minibatch_size, s.advantage.gamma) == (1, 1024, 0.95)
+    assert (s.ppo.clip_low, s.ppo.clip_high, s.ppo.lr) == (0.2, 0.28, 5e-5)
     c = s.critic
     assert (c.hidden_dim, c.epochs, c.weight_decay, c.grad_clip, c.lr) == (512, 1, 0.0, 1.0, 3e-4)
 
@@ -49,8 +49,13 @@ def test_paper_preset_carries_table_9() -> None:
     s = load_train_settings(PRESETS / "paper.yaml")
     assert (s.steps, s.rollout.max_turns, s.rollout.generation.max_new_tokens) == (190, 400, 4096)
     assert (s.rollout.num_trajectories, s.ppo.minibatch_size, s.ppo.lr) == (1024, 4096, 1e-6)
-    assert (s.ppo.gamma, s.ppo.eps_low, s.ppo.eps_high, s.ppo.epochs) == (0.95, 0.2, 0.28, 1)
-    assert s.estimator == "ppo_critic_pos" and s.curriculum.enabled and len(s.levels) == 5
+    assert (s.advantage.gamma, s.ppo.clip_low, s.ppo.clip_high, s.ppo.epochs) == (
+        0.95,
+        0.2,
+        0.28,
+        1,
+    )
+    assert s.advantage.estimator == "ppo_critic_pos" and s.curriculum.enabled and len(s.levels) == 5
     assert s.critic.hidden_dim == 512 and s.critic.lr == 3e-4  # Table 7, inherited
 
 
@@ -61,20 +66,20 @@ def test_one_estimator_preset_each_inheriting_compare() -> None:
     assert set(ODYSSEUS_ESTIMATORS) < set(ESTIMATORS.names())
     for f in files:
         s = load_train_settings(f)
-        assert s.estimator == f.stem
-        assert s.model_copy(update={"estimator": compare.estimator}) == compare
+        assert s.advantage.estimator == f.stem
+        assert s.model_copy(update={"advantage": compare.advantage}) == compare
 
 
 def test_tiny_preset_and_bad_keys(tmp_path: Path) -> None:
     s = load_train_settings(PRESETS / "tiny.yaml")
-    assert s.model.path is None and s.estimator == "ppo_critic_pos"
+    assert s.model.path is None and s.advantage.estimator == "ppo_critic_pos"
     assert s.levels == ["odland-1-1", "odland-1-2", "odland-1-3"]
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"inherit: {PRESETS / 'tiny.yaml'}\nppo: {{lrr: 1}}\n")
     with pytest.raises(ValueError, match="lrr"):
         load_train_settings(bad)
-    bad.write_text(f"inherit: {PRESETS / 'tiny.yaml'}\nestimator: nope\n")
-    with pytest.raises(ValueError, match="unknown estimator"):
+    bad.write_text(f"inherit: {PRESETS / 'tiny.yaml'}\nadvantage: {{estimator: nope}}\n")
+    with pytest.raises(ValueError, match="unknown estimator 'nope'"):
         load_train_settings(bad)
 
 
@@ -157,7 +162,7 @@ def test_lora_warmup_and_value_free_estimator(tmp_path: Path, tiny_model_dir: Pa
         tmp_path,
         tiny_model_dir,
         steps=2,
-        estimator="grpo_outcome",
+        advantage={"estimator": "grpo_outcome"},
         lora={"r": 4, "alpha": 8},
         critic={"input_height": 36, "input_width": 40, "warmup_steps": 1},
     )
