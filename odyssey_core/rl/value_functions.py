@@ -7,17 +7,23 @@
   (:mod:`odyssey_core.rl.value_head`); its loss joins the policy loss in the same scoring
   forward and backward, weighted by ``value_coef`` (GTR Table 2: 0.5).
 
-The trainer uses one interface for both: ``predict(policy, batch, bootstrap)`` gives V(o_t)
-per row and, when asked, V(o_{t+1}) on the truncated rows (from ``batch.next_observations``);
-``fit(batch, returns)`` trains a separate network; ``in_graph`` says whether the value loss
-instead rides on the policy's scoring forward (``scoring``, ``piece_loss``).
+The trainer uses one interface for both (:class:`ValueFunction`): ``predict(policy, batch,
+bootstrap)`` gives V(o_t) per row and, when asked, V(o_{t+1}) on the truncated rows (from
+``batch.next_observations``); ``fit(batch, returns)`` trains a separate network; ``in_graph``
+says whether the value loss instead rides on the policy's scoring forward (``scoring``,
+``piece_loss``).
+
+A recipe names its value function and hands :func:`make_value_function` what any of them may
+be built from (:class:`ValueFunctionInputs`); each entry of ``VALUE_FUNCTIONS`` reads its own
+part, so a new value function is one registration, not a branch in every recipe.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 
@@ -27,7 +33,56 @@ from odyssey_core.rl.settings import CriticSettings
 from odyssey_core.rl.value_head import VLMValueHead, capture_final_hidden
 from odyssey_core.rollout.batch import TurnBatch
 
-__all__ = ["VALUE_FUNCTIONS", "CNNValue", "VLMHeadValue", "make_value_function"]
+__all__ = [
+    "VALUE_FUNCTIONS",
+    "CNNValue",
+    "VLMHeadValue",
+    "ValueFunction",
+    "ValueFunctionInputs",
+    "make_value_function",
+]
+
+
+class ValueFunction(Protocol):
+    """What the trainer calls on a value function."""
+
+    in_graph: bool  # True: the value loss joins the policy's backward (piece_loss)
+
+    def predict(
+        self, policy: Any, batch: TurnBatch, bootstrap: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+    def fit(self, batch: TurnBatch, returns: torch.Tensor) -> dict[str, float]: ...
+
+    def actor_may_update(self, step: int) -> bool: ...
+
+    def param_groups(self) -> list[dict[str, Any]]: ...
+
+    def scoring(self, policy: Any) -> contextlib.AbstractContextManager[list[torch.Tensor]]: ...
+
+    def piece_loss(
+        self, captured: Sequence[torch.Tensor], lengths: Sequence[int], returns: torch.Tensor
+    ) -> tuple[torch.Tensor | None, dict[str, float]]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class ValueFunctionInputs:
+    """What a recipe hands the value function it names; each reads its own part: ``cnn`` the
+    critic settings and the device, ``vlm_head`` the policy and the ``head_*`` options."""
+
+    policy: Any
+    seed: int
+    critic: CriticSettings
+    device: str | None = None  # the policy's: the CNN critic's unless its settings name one
+    head_hidden_dims: Sequence[int] = (1024, 512)
+    head_scale: float = 1.0
+    head_lr: float | None = None  # None: the policy's learning rate
+    value_coef: float = 0.5  # the value loss's weight in the policy's backward
+    micro_batch: int = 4  # turns per prompt-only forward when predicting
 
 
 class CNNValue:
@@ -40,6 +95,10 @@ class CNNValue:
     ) -> None:
         """On ``settings.device`` when set, else on ``device`` (pass the policy's), else CPU."""
         self.critic = CriticTrainer(settings, seed=seed, device=device)
+
+    @classmethod
+    def build(cls, inputs: ValueFunctionInputs) -> CNNValue:
+        return cls(inputs.critic, seed=inputs.seed, device=inputs.device)
 
     @property
     def device(self) -> torch.device:
@@ -102,6 +161,18 @@ class VLMHeadValue:
             self.head = VLMValueHead(hidden, hidden_dims, scale)
         self.head.to(policy.device)
         self.lr, self.value_coef, self.micro_batch = lr, value_coef, micro_batch
+
+    @classmethod
+    def build(cls, inputs: ValueFunctionInputs) -> VLMHeadValue:
+        return cls(
+            inputs.policy,
+            hidden_dims=inputs.head_hidden_dims,
+            scale=inputs.head_scale,
+            lr=inputs.head_lr,
+            value_coef=inputs.value_coef,
+            micro_batch=inputs.micro_batch,
+            seed=inputs.seed,
+        )
 
     def predict(
         self, policy: Any, batch: TurnBatch, bootstrap: bool = False
@@ -179,11 +250,13 @@ def _same_kind(state: dict[str, Any], kind: str) -> None:
         )
 
 
-ValueFactory = Callable[..., CNNValue | VLMHeadValue]
+ValueFactory = Callable[[ValueFunctionInputs], ValueFunction]
 VALUE_FUNCTIONS: Registry[ValueFactory] = Registry("value function")
-VALUE_FUNCTIONS.register("cnn", CNNValue)
-VALUE_FUNCTIONS.register("vlm_head", VLMHeadValue)
+VALUE_FUNCTIONS.register("cnn", CNNValue.build)
+VALUE_FUNCTIONS.register("vlm_head", VLMHeadValue.build)
 
 
-def make_value_function(name: str, **kwargs: Any) -> CNNValue | VLMHeadValue:
-    return VALUE_FUNCTIONS.get(name)(**kwargs)
+def make_value_function(name: str, inputs: ValueFunctionInputs) -> ValueFunction:
+    """The value function registered as ``name``, built from ``inputs``; an unknown name is a
+    :class:`~odyssey_core.common.registry.RegistryError` listing the known ones."""
+    return VALUE_FUNCTIONS.get(name)(inputs)

@@ -49,7 +49,7 @@ from odyssey_core.rl.objectives import ObjectiveSettings
 from odyssey_core.rl.policy import build_policy
 from odyssey_core.rl.trainer import ExtraLoss, MetricsCallback, Trainer, TrainerConfig, TrainerHook
 from odyssey_core.rl.updater import UpdaterSettings, build_updater
-from odyssey_core.rl.value_functions import CNNValue, VLMHeadValue
+from odyssey_core.rl.value_functions import ValueFunctionInputs, make_value_function
 from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import Collector, TurnBudget, default_info_extras
 
@@ -319,18 +319,20 @@ def build_trainer(
         info_extras=gtr_info_extras,
         tokenizer=policy.tokenizer,
     )
-    if s.value.source == "cnn":
-        value: CNNValue | VLMHeadValue = CNNValue(s.critic, seed=s.seed, device=s.model.device)
-    else:
-        value = VLMHeadValue(
+    value = make_value_function(
+        s.value.source,
+        ValueFunctionInputs(
             policy,
-            hidden_dims=s.value.head_hidden_dims,
-            scale=s.value.scale,
-            lr=s.value.head_lr or s.ppo.lr,
+            seed=s.seed,
+            critic=s.critic,
+            device=s.model.device,
+            head_hidden_dims=s.value.head_hidden_dims,
+            head_scale=s.value.scale,
+            head_lr=s.value.head_lr or s.ppo.lr,
             value_coef=s.ppo.value_coef,
             micro_batch=r.score_micro_batch,
-            seed=s.seed,
-        )
+        ),
+    )
     updater = build_updater(
         policy.model,
         UpdaterSettings(
