@@ -1,5 +1,9 @@
 """The GUI agent's actions and its answer format: ``<think>...</think><answer>{...}</answer>``.
 
+ESPO's response format (``RESPONSE_FORMATS["espo"]``) and the actions of the personalized-GUI
+env (:mod:`odyssey_core.envs.persona`) share these types; they live in the protocol so that
+the format needs nothing from the env.
+
 The answer holds exactly one dictionary with ``action``, ``point`` ``[x, y]`` and
 ``input_text``. Action types (the ESPO paper's list):
 
@@ -12,6 +16,9 @@ The answer holds exactly one dictionary with ``action``, ``point`` ``[x, y]`` an
 
 Non-spatial actions carry :data:`NO_POINT`; actions without text carry :data:`NO_TEXT`.
 Points are in the stored screenshot's pixels (see :mod:`odyssey_core.envs.persona.screen`).
+A point is two finite numbers (or numeric strings) of magnitude at most
+:data:`MAX_COORDINATE`: anything else (``1e999``, ``NaN``, a nested list, a boolean) is not a
+point, so no later arithmetic on it can overflow.
 :func:`parse_gui_answer` never raises: a malformed answer comes back with ``valid=False`` and
 the reason, so a reward can score the format and a rollout can go on.
 """
@@ -20,12 +27,18 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
+import reprlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from odyssey_core.protocol.parsing import coerce_text
+
 __all__ = [
     "ACTION_TYPES",
+    "MAX_COORDINATE",
     "NO_POINT",
     "NO_TEXT",
     "POINTED_ACTIONS",
@@ -34,11 +47,15 @@ __all__ = [
     "ParsedGuiAnswer",
     "format_gui_answer",
     "parse_gui_answer",
+    "read_point",
     "rescale_point",
 ]
 
 NO_POINT: tuple[int, int] = (-100, -100)
 NO_TEXT = "no input text"
+#: the largest coordinate magnitude read as a point: far beyond any screen, small enough that
+#: squares and float32 tensors of it stay finite
+MAX_COORDINATE = 1_000_000
 ACTION_TYPES: tuple[str, ...] = (
     "click",
     "type",
@@ -58,6 +75,45 @@ STAGE_ACTIONS: dict[str, frozenset[str]] = {
     "pool": frozenset({"pool_found"}),
     "recommend": frozenset({"recommendation"}),
 }
+
+# error texts quote what the model wrote, cut short whatever its size or depth
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict = 3, 4, 4
+_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 40
+
+
+def _coordinate(value: Any) -> int | None:
+    """One coordinate as an int, or None when ``value`` is not a finite number in range."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return None
+    if isinstance(value, int):
+        return value if abs(value) <= MAX_COORDINATE else None
+    if isinstance(value, float) and math.isfinite(value) and abs(value) <= MAX_COORDINATE:
+        return round(value)
+    return None
+
+
+def read_point(value: Any) -> tuple[int, int] | None:
+    """``value`` as an ``(x, y)`` point: a list or tuple of two finite numbers (or numeric
+    strings) of magnitude at most :data:`MAX_COORDINATE`, rounded; None for anything else."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    x, y = _coordinate(value[0]), _coordinate(value[1])
+    if x is None or y is None:
+        return None
+    return x, y
+
+
+def _point_error(value: Any) -> str:
+    return (
+        f"point must be [x, y] of two finite numbers within +-{MAX_COORDINATE}, "
+        f"got {_SHORT.repr(value)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -86,10 +142,14 @@ class GuiAction:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> GuiAction:
-        point = data.get("point") or NO_POINT
+        """The action of a stored record; raises ValueError on a record that is not one."""
+        raw = data.get("point") or NO_POINT
+        point = read_point(raw)
+        if point is None:
+            raise ValueError(f"stored action {_SHORT.repr(data)}: {_point_error(raw)}")
         return cls(
             action=ALIASES.get(str(data["action"]), str(data["action"])),
-            point=(round(float(point[0])), round(float(point[1]))),
+            point=point,
             input_text=str(data.get("input_text", NO_TEXT)),
         )
 
@@ -120,16 +180,25 @@ class ParsedGuiAnswer:
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+#: what reading a Python literal or JSON can raise on hostile text (deep nesting, huge ints)
+_LOAD_ERRORS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, OverflowError)
+
+
+def _literal(body: str) -> Any:
+    # compiling model text warns on escapes such as "\:"; the text is data, not code
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.literal_eval(body)
 
 
 def _dictionary(body: str) -> tuple[dict[str, Any] | None, str | None]:
     body = body.strip()
     if body.startswith("[") and body.endswith("]") and ":" in body:
         body = "{" + body[1:-1] + "}"  # the paper's prompt writes the dictionary in brackets
-    for loader in (json.loads, ast.literal_eval):
+    for loader in (json.loads, _literal):
         try:
             value = loader(body)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        except _LOAD_ERRORS:
             continue
         if isinstance(value, list) and len(value) == 1:
             value = value[0]
@@ -139,11 +208,11 @@ def _dictionary(body: str) -> tuple[dict[str, Any] | None, str | None]:
     return None, "the answer is not a dictionary (JSON or Python literal)"
 
 
-def parse_gui_answer(text: Any) -> ParsedGuiAnswer:
-    """Read a response; never raises. Checks the action type, that spatial actions have an
-    ``[x, y]`` of two numbers, that non-spatial ones have ``[-100, -100]``, and that a
-    recommendation says exactly ``Yes`` or ``No``."""
-    text = text if isinstance(text, str) else str(text)
+def _text_field(value: Any) -> str:
+    return NO_TEXT if value is None else str(value).strip() or NO_TEXT
+
+
+def _parse(text: str) -> ParsedGuiAnswer:
     thinks, answers = list(_THINK.finditer(text)), list(_ANSWER.finditer(text))
     thought = thinks[0].group(1).strip() if thinks else ""
     thought_span = thinks[0].span(1) if thinks else None
@@ -157,19 +226,18 @@ def parse_gui_answer(text: Any) -> ParsedGuiAnswer:
     data, error = _dictionary(answers[0].group(1))
     if data is None:
         return fail(error or "unreadable answer")
-    raw_type = str(data.get("action", "")).strip().lower()
+    raw_action = data.get("action")
+    raw_type = "" if raw_action is None else str(raw_action).strip().lower()
     kind = ALIASES.get(raw_type, raw_type)
     if kind not in ACTION_TYPES:
-        return fail(f"unknown action {raw_type!r}")
-    point = data.get("point", list(NO_POINT))
-    try:
-        x, y = (float(v) for v in point)
-        xy = (round(x), round(y))
-    except (TypeError, ValueError):
-        return fail(f"point must be [x, y], got {point!r}")
-    input_text = str(data.get("input_text", NO_TEXT)).strip() or NO_TEXT
+        return fail(f"unknown action {_SHORT.repr(raw_type)}")
+    raw_point = data.get("point", list(NO_POINT))
+    xy = read_point(raw_point)
+    if xy is None:
+        return fail(_point_error(raw_point))
+    input_text = _text_field(data.get("input_text", NO_TEXT))
     if kind == "recommendation":
-        word = input_text.strip().strip(".").capitalize()
+        word = input_text.strip(".").capitalize()
         if word in ("Yes", "No"):
             input_text = word
     action = GuiAction(kind, xy, input_text)
@@ -184,6 +252,16 @@ def parse_gui_answer(text: Any) -> ParsedGuiAnswer:
     if len(thinks) != 1 or len(answers) != 1:
         return fail("exactly one <think> and one <answer> block", action)
     return ParsedGuiAnswer(action, True, None, thought, thought_span, answer_span)
+
+
+def parse_gui_answer(text: Any) -> ParsedGuiAnswer:
+    """Read a response; never raises. Checks the action type, that spatial actions have an
+    ``[x, y]`` of two finite numbers, that non-spatial ones have ``[-100, -100]``, and that a
+    recommendation says exactly ``Yes`` or ``No``. ``None`` reads as "", bytes as UTF-8."""
+    try:
+        return _parse(coerce_text(text))
+    except Exception as exc:  # a parser bug must not take a rollout worker down
+        return ParsedGuiAnswer(None, False, f"parse_failure: {type(exc).__name__}", "", None, None)
 
 
 def format_gui_answer(action: GuiAction, thought: str) -> str:

@@ -1,6 +1,8 @@
 """Every answer parser under hypothesis, for a fixed example budget: it never raises, and it
 returns either a legal action or an invalid result with a known error code, which the
-fallback (``resolve_action`` / GTR's ``resolve``) turns into a legal action, flagged."""
+fallback (``resolve_action`` / GTR's ``resolve``) turns into a legal action, flagged. Besides
+arbitrary text, each format gets answers with its own structure and hostile values in it
+(``tests/helpers_answers.py``)."""
 
 from __future__ import annotations
 
@@ -8,17 +10,34 @@ import random
 import string
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from helpers_answers import (
+    NUMBER_TOKENS,
+    gtr_answers,
+    gui_answers,
+    gui_answers_with_hostile_point,
+    odysseus_answers,
+)
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from odyssey_core.protocol import GAMEBOY_SPACE, RESPONSE_FORMATS, ActionSpace, parse_response
 from odyssey_core.protocol.actions import FallbackPolicy, resolve_action
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response, resolve
-from odyssey_core.protocol.gui import ACTION_TYPES, ParsedGuiAnswer
+from odyssey_core.protocol.gui import (
+    ACTION_TYPES,
+    MAX_COORDINATE,
+    NO_POINT,
+    POINTED_ACTIONS,
+    ParsedGuiAnswer,
+)
 from odyssey_core.protocol.parsing import ParsedResponse
 
 BUDGET = settings(
     max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+)
+#: the near-valid strategies build nested values: fewer, costlier examples
+NEAR_BUDGET = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
 )
 MASK_BUDGET = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
@@ -236,11 +255,17 @@ infos = st.one_of(
 
 
 def _check_espo(parsed, text: str) -> None:
-    """A GUI answer is valid exactly when it has an action and no error; spans lie in text."""
+    """A GUI answer is valid exactly when it has an action and no error; any action read has
+    a point of two ints in range; spans lie in text."""
     assert isinstance(parsed, ParsedGuiAnswer)
     assert parsed.valid == (parsed.error is None)
     if parsed.valid:
         assert parsed.action is not None and parsed.action.action in ACTION_TYPES
+        assert (parsed.action.point != NO_POINT) == (parsed.action.action in POINTED_ACTIONS)
+    if parsed.action is not None:
+        x, y = parsed.action.point
+        assert type(x) is int and type(y) is int, parsed.action
+        assert abs(x) <= MAX_COORDINATE and abs(y) <= MAX_COORDINATE, parsed.action
     for span in (parsed.thought_span, parsed.answer_span):
         assert span is None or 0 <= span[0] <= span[1] <= len(text)
 
@@ -277,3 +302,73 @@ def test_response_formats_parse_and_mask_anything(tokenizer, name, text, info, d
     assert len(thought) == len(action) == len(ids)
     assert all(isinstance(m, bool) for m in [*thought, *action])
     assert (thought, action) == fmt.token_masks(decoded, ids, tokenizer, info, parsed=parsed)
+
+
+# -- near-valid answers: each format's structure with hostile values in it -----------------------
+
+OVERFLOWING = '<think>t</think><answer>{"action": "click", "point": [1e999, 5]}</answer>'
+
+
+@NEAR_BUDGET
+@given(text=gui_answers())
+@example(text=OVERFLOWING)
+@example(text="<think>t</think><answer>{'action': 'type', 'point': [5, -1e999]}</answer>")
+def test_espo_parser_reads_near_valid_answers_without_raising(text: str) -> None:
+    for parsed in (
+        RESPONSE_FORMATS.get("espo").parse(text),
+        RESPONSE_FORMATS.get("espo").parse(text, {}),
+    ):
+        assert not (parsed.error or "").startswith("parse_failure"), parsed.error
+        _check_espo(parsed, text)
+
+
+@BUDGET
+@given(text=gui_answers_with_hostile_point())
+@example(text=OVERFLOWING)
+def test_espo_never_reads_a_hostile_coordinate_as_a_point(text: str) -> None:
+    parsed = RESPONSE_FORMATS.get("espo").parse(text)
+    assert not parsed.valid and parsed.action is None
+    assert parsed.error.startswith("point must be [x, y] of two finite numbers"), parsed.error
+
+
+@NEAR_BUDGET
+@given(space=spaces, data=st.data())
+def test_odysseus_parser_reads_near_valid_answers_without_raising(space, data) -> None:
+    text = data.draw(odysseus_answers(space.buttons))
+    parsed = RESPONSE_FORMATS.get("odysseus").parse(text) if space == GAMEBOY_SPACE else None
+    for result in filter(None, (parsed, parse_response(text, space))):
+        assert result.error != "parse_failure", result.detail
+        _check_odysseus(result, space, len(text))
+
+
+@BUDGET
+@given(
+    token=st.sampled_from([t for t in NUMBER_TOKENS if t != '""']),  # '' is no name: dropped
+    button=st.sampled_from(GAMEBOY_SPACE.buttons),
+)
+def test_odysseus_numbers_are_never_buttons(token: str, button: str) -> None:
+    text = f"<reasoning>go</reasoning><answer>['{button}', {token}]</answer>"
+    parsed = parse_response(text)
+    assert not parsed.valid and parsed.buttons == ()
+    assert parsed.error in {"unknown_button", "malformed_answer"}, parsed
+
+
+@NEAR_BUDGET
+@given(legal=legal_lists, data=st.data())
+def test_gtr_parser_reads_near_valid_answers_without_raising(legal: list[str], data) -> None:
+    text = data.draw(gtr_answers(legal))
+    for parsed in (
+        parse_gtr_response(text, legal),
+        RESPONSE_FORMATS.get("gtr").parse(text, {"legal_actions": legal}),
+    ):
+        assert parsed.error != "parse_failure", parsed.detail
+        _check_gtr(parsed, legal, len(text))
+
+
+@BUDGET
+@given(token=st.sampled_from(NUMBER_TOKENS))
+def test_gtr_numbers_are_legal_only_when_listed(token: str) -> None:
+    legal = ["hit", "stand"]
+    parsed = parse_gtr_response(f'{{"thoughts": "t", "action": {token}}}', legal)
+    assert not parsed.valid and parsed.action is None
+    assert parsed.error in {"illegal_action", "empty_action"}, parsed

@@ -22,13 +22,20 @@ The env's own reward is 0.0: the recipe's reward wrapper scores each step from `
 actions, for random and classical agents).
 
 ``info`` describes the step the agent faces next: ``stage`` (None once over), ``step_index``,
-``episode_id``, ``channel``, ``screen_size``, ``intent``, ``intent_slots``. After a step it also
+``episode_id``, ``channel``, ``screen_size``, ``intent``, ``intent_slots``, ``fallback_count``
+(the episode's answers so far with nothing readable in them). After a step it also
 describes the step just answered: ``answered_stage``, ``gold`` (the demonstrated action; online,
 the demonstrator's choice in the state the agent faced), ``target_box``, ``optimal``,
 ``candidate``, ``label`` (Yes / No on recommend steps), ``parsed`` (the action read, as JSON, or
 None), ``format_valid``, ``parse_error``, ``invalid_action`` (nothing readable) and
 ``goal_reached`` (online success). Online, ``stage`` comes from the demonstrator: ``pool`` once
 the list shows the user's pool.
+
+The fallback for an answer with nothing readable in it (no dictionary, an unknown action, a
+point that is not two finite numbers such as ``[1e999, 5]``): nothing is done; online the app
+stays where it was and the history line says ``(unreadable answer)``, in replay the next
+recorded step comes as always. The step is flagged ``invalid_action`` and counted in
+``fallback_count``; model text never makes ``step`` raise.
 """
 
 from __future__ import annotations
@@ -150,6 +157,7 @@ class PersonaEnv(TurnEnv):
         self.recommended: list[str] = []
         self._card = 0
         self._history: list[str] = []
+        self._fallbacks = 0  # answers this episode with nothing readable in them
         self._image = np.zeros((self.height, self.width, 3), np.uint8)
         self._done = True
 
@@ -176,7 +184,7 @@ class PersonaEnv(TurnEnv):
             self.episode = self._by_id[options["episode"]]
         else:
             self.episode = self.episodes[int(self.np_random.integers(len(self.episodes)))]
-        self.step_index, self._card, self._done = 0, 0, False
+        self.step_index, self._card, self._done, self._fallbacks = 0, 0, False, 0
         self._images.clear()  # replay screenshots of the current episode only
         self._history, self.recommended, self.candidates = [], [], None
         if self.mode == "online":
@@ -188,6 +196,7 @@ class PersonaEnv(TurnEnv):
         if self._done:
             raise RuntimeError("the episode is over; call reset()")
         played, format_valid, parse_error = self._resolve(action)
+        self._fallbacks += played is None
         answered = self._answered_info()
         if self.mode == "replay":
             step = self.episode.steps[self.step_index]
@@ -279,6 +288,7 @@ class PersonaEnv(TurnEnv):
             "screen_size": [self.width, self.height],
             "intent": self.episode.intent,
             "intent_slots": dict(self.episode.intent_slots),
+            "fallback_count": self._fallbacks,
         }
 
     def _answered_info(self) -> dict[str, Any]:

@@ -13,7 +13,8 @@ It configures the engine and plugs hooks into it; the loop itself is
 - value function: the value head on the VLM's last prompt token (the paper's default), whose
   loss joins the PPO backward weighted by ``ppo.value_coef`` (0.5), or the CNN critic on the
   frames (``value.source: cnn``);
-- estimator: GAE(gamma, lambda), advantages standardised over the batch;
+- estimator: GAE(gamma, lambda), advantages standardised over the batch (``advantage:``; any
+  estimator in ESTIMATORS by name);
 - objective: turn-level PPO (eq. 2) on log pi(a_t) = lambda * sum log pi(thought) + sum log
   pi(action), with the exact-entropy bonus of Table 2;
 - :class:`ThoughtCloning`: each valid correction joins the :class:`DaggerBuffer`, and every
@@ -42,7 +43,6 @@ from odyssey_core.recipes.gtr.evaluation import gtr_collapse_metrics
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.recipes.gtr.rewards import GTRRewardConfig, GTRWrapper
 from odyssey_core.recipes.gtr.settings import GTRSettings
-from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
@@ -266,14 +266,12 @@ def trainer_config(settings: GTRSettings) -> TrainerConfig:
     return TrainerConfig.for_run(
         s,
         budget=TurnBudget(s.rollout.turns_per_step),
-        estimator="gae",
-        advantage=AdvantageSettings(
-            gamma=s.ppo.gamma, gae_lambda=s.ppo.gae_lambda, normalize=s.ppo.normalize_advantages
-        ),
+        estimator=s.advantage.estimator,
+        advantage=s.advantage,
         objective="turn_ppo",
         objective_settings=ObjectiveSettings(
-            eps_low=s.ppo.clip,
-            eps_high=s.ppo.clip,
+            eps_low=s.ppo.clip_low,
+            eps_high=s.ppo.clip_high,
             thought_weight=s.ppo.thought_weight,
             entropy_coef=s.ppo.entropy_coef,
         ),

@@ -26,6 +26,7 @@ NEXT_KEYS = {
     "screen_size",
     "intent",
     "intent_slots",
+    "fallback_count",
 }
 ANSWERED_KEYS = {
     "answered_stage",
