@@ -1,27 +1,24 @@
 """`nightly-eval`: re-evaluate a recipe's champion (and a waiting candidate) every night, keep the
 scores as an MLflow time series, and fail loudly when the champion regresses.
 
-One flow for every recipe's registered model: ``recipe="odysseus"`` (odland, mario: the score is
-the mean progress of ``configs/pipeline/<preset>.yaml``'s suite) and ``recipe="gtr"`` (points24,
-numberline: the per-episode ``promotion.metric`` of ``configs/gtr_pipeline/<preset>.yaml``, on
-the evaluation's fixed deals) and ``recipe="espo"`` (the per-episode ``promotion.metric`` of
-``configs/espo_pipeline/<preset>.yaml`` on its test episodes). A regression emits
+One flow for every recipe's registered model: ``recipe`` is a name in
+:data:`odyssey_core.recipe.RECIPES` and ``preset`` one of its pipeline presets; the recipe's
+``nightly_evaluate`` scores the champion as its pipeline's evaluation does (Odysseus: the mean
+progress on the suite; GTR: the per-episode ``promotion.metric`` on the evaluation's fixed
+deals; ESPO: the per-episode ``promotion.metric`` on its test episodes). A regression emits
 :data:`REGRESSION_EVENT`, which the ``odyssey-champion-regressed`` Automation
 (:mod:`flows.automations`) turns into a notification."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from prefect import flow
 from prefect.events import emit_event
 
-from odyssey_core.recipes.odysseus.pipeline import nightly_table
-from tasks.common import post_report
-from tasks.espo import espo_nightly_task
-from tasks.gtr import gtr_nightly_task
-from tasks.odysseus import nightly_task
+from odyssey_core.stages import nightly_table
+from tasks.common import nightly_task, post_report
 
 REGRESSION_EVENT = "odyssey.champion.regressed"
 
@@ -36,30 +33,16 @@ def _table(result: Mapping[str, Any]) -> str:
     return table.replace("mean progress", metric.replace("_", " "), 1)
 
 
-def _with_margin(overrides: dict[str, Any] | None, margin: float | None) -> dict[str, Any]:
-    merged = dict(overrides or {})
-    if margin is not None:
-        merged["promotion"] = {**merged.get("promotion", {}), "nightly_margin": margin}
-    return merged
-
-
 @flow(name="nightly-eval", log_prints=True)
 def nightly_eval_flow(
     preset: str = "tiny",
     overrides: dict[str, Any] | None = None,
-    recipe: Literal["odysseus", "gtr", "espo"] = "odysseus",
+    recipe: str = "odysseus",
     margin: float | None = None,
 ) -> dict[str, Any]:
     """Re-evaluate the champion of ``recipe``'s preset; ``margin`` (None: the preset's) is how
     far below its recorded score it may fall before the run fails and emits the event."""
-    if recipe == "gtr":
-        result = gtr_nightly_task(preset, overrides, margin)
-    elif recipe == "espo":
-        result = espo_nightly_task(preset, overrides, margin)
-    else:
-        result = nightly_task(
-            preset, _with_margin(overrides, margin) if margin is not None else overrides
-        )
+    result = nightly_task(recipe, preset, overrides, margin)
     metric = result.get("metric", "mean_progress")
     print("nightly-eval:\n" + _table(result))
     for label, row in result["evaluated"].items():  # each model's full report on the run page

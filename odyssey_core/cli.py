@@ -19,6 +19,7 @@ import click
 
 from odyssey_core.envs.pyboy.rom import RomError
 from odyssey_core.launch import local_rank_option
+from odyssey_core.recipe import RECIPES
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -105,8 +106,6 @@ def play_command(
         click.echo(f"video: {result.video}")
 
 
-#: the recipes ``odyssey train --recipe`` trains
-TRAIN_RECIPES = ("odysseus", "gtr")
 #: what each step's stdout line shows
 _ECHO_KEYS = (
     "all/progress_mean",
@@ -120,7 +119,8 @@ _ECHO_KEYS = (
 @main.command("train")
 @click.option(
     "--recipe",
-    type=click.Choice(TRAIN_RECIPES),
+    "recipe_name",
+    type=click.Choice(RECIPES.names()),
     default="odysseus",
     show_default=True,
     help="which recipe's preset and trainer",
@@ -138,7 +138,7 @@ _ECHO_KEYS = (
 @click.option("--threads", type=int, default=None, help="torch intra-op threads (CPU runs)")
 @local_rank_option
 def train_command(
-    recipe: str,
+    recipe_name: str,
     preset: Path | None,
     out_dir: Path,
     resume: bool,
@@ -150,7 +150,6 @@ def train_command(
     0). Under a launcher every process runs this same command."""
     import torch
 
-    from odyssey_core.config import config_dir
     from odyssey_core.rl.distributed import (
         barrier,
         join_launched_world,
@@ -162,16 +161,17 @@ def train_command(
     if threads is not None:
         torch.set_num_threads(threads)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    load_settings, build_trainer = _recipe(recipe)
+    recipe = RECIPES.get(recipe_name)
     overrides: dict[str, Any] = {}
-    if recipe == "odysseus":
+    if "out_dir" in recipe.settings_type.model_fields:  # a run records where it ran
         overrides["out_dir"] = str(out_dir)
     if seed is not None:
         overrides["seed"] = seed
     if steps is not None:
         overrides["steps"] = steps
     try:
-        settings = load_settings(preset or config_dir() / recipe / "tiny.yaml", overrides)
+        settings = recipe.load_settings(preset or recipe.default_preset, overrides)
+        recipe.check(settings)
     except (FileNotFoundError, ValueError) as err:
         raise click.ClickException(str(err)) from None
     device = rank_device(settings.model.device)  # the launcher's LOCAL_RANK picks the GPU
@@ -179,33 +179,22 @@ def train_command(
     settings = settings.model_copy(
         update={"model": settings.model.model_copy(update={"device": device})}
     )
-    if world.is_main:  # `model.path: null` builds the tiny model once, before any rank reads it
-        resolve_base_model(settings.model, out_dir)
+    if world.is_main:  # made once, before any rank reads it: `model.path: null`'s tiny model,
+        resolve_base_model(settings.model, out_dir)  # and what the recipe prepares
+        if recipe.prepare is not None:
+            recipe.prepare(settings, out_dir)
     barrier()
 
     def echo(step: int, metrics: dict[str, float]) -> None:
         shown = {k: metrics[k] for k in _ECHO_KEYS if k in metrics}
         click.echo(json.dumps({"step": step, **shown}))
 
-    trainer = build_trainer(settings, out_dir, resume=resume, callbacks=[echo])
+    trainer = recipe.build_trainer(settings, out_dir, resume=resume, callbacks=[echo])
     try:
         trainer.train()
     finally:
         trainer.close()
     leave_process_group()
-
-
-def _recipe(name: str) -> tuple[Any, Any]:
-    """A recipe's settings loader and ``build_trainer``."""
-    if name == "gtr":
-        from odyssey_core.recipes.gtr.settings import load_gtr_settings
-        from odyssey_core.recipes.gtr.train import build_trainer as build_gtr
-
-        return load_gtr_settings, build_gtr
-    from odyssey_core.recipes.odysseus.settings import load_train_settings
-    from odyssey_core.recipes.odysseus.train import build_trainer as build_odysseus
-
-    return load_train_settings, build_odysseus
 
 
 def _attach_groups() -> None:

@@ -60,6 +60,7 @@ __all__ = [
     "fetch_json",
     "fingerprint",
     "make_tracker",
+    "nightly_table",
     "numeric",
     "parent_run",
     "publication",
@@ -350,6 +351,33 @@ def nightly_plan(cfg: RunConfig, out_dir: Path | None = None) -> NightlyPlan:
         mlflow_uri=cfg.mlflow_uri,
         game=cfg.game,
     )
+
+
+def nightly_table(result: Mapping[str, Any]) -> str:
+    """A markdown table of a nightly evaluation (:meth:`NightlyPlan.verdict`'s result): each
+    evaluated model's mean, then the champion's recorded score."""
+    rows = ["| model | version | mean progress |", "|---|---|---|"]
+    for label, row in result["evaluated"].items():
+        rows.append(f"| {label} | {row['version']} | {row['mean']:.4g} |")
+    rows.append(f"| champion (recorded) | {result['champion']} | {result['recorded']:.4g} |")
+    inference = next(iter(result["evaluated"].values()), {}).get("inference")
+    if inference:
+        rows.append("")
+        rows.append(
+            f"inference settings of {inference.get('source')}: "
+            + ", ".join(
+                f"{k} {inference[k]}"
+                for k in (
+                    "image_scale",
+                    "max_new_tokens",
+                    "temperature",
+                    "top_p",
+                    "device",
+                    "dtype",
+                )
+            )
+        )
+    return "\n".join(rows)
 
 
 def results_table(results: Mapping[str, Mapping[str, Any]]) -> str:

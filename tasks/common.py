@@ -18,13 +18,14 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from prefect import Task
+from prefect import Task, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.client.schemas.objects import TaskRun
 from prefect.context import TaskRunContext
 from prefect.states import State
 from pydantic import BaseModel
 
+from odyssey_core.recipe import RECIPES
 from odyssey_core.stages import RunConfig, fingerprint, publication
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "NIGHTLY_TASK",
     "STAGE_TASK",
     "is_transient_error",
+    "nightly_task",
     "post_report",
     "retry_on_transient",
     "stage_cache_key",
@@ -177,3 +179,14 @@ def post_report(outputs: Mapping[str, Any], key: str, checkpoint_uri: str) -> No
             markdown=markdown,
             description=f"evaluation of {checkpoint_uri}",
         )
+
+
+@task(name="nightly-evaluate", **NIGHTLY_TASK)
+def nightly_task(
+    recipe: str, preset: str, overrides: dict[str, Any] | None, margin: float | None = None
+) -> dict[str, Any]:
+    """Re-evaluate the champion of ``recipe``'s pipeline preset (its ``nightly_evaluate``);
+    ``margin`` (None: the preset's ``promotion.nightly_margin``)."""
+    chosen = RECIPES.get(recipe)
+    cfg = chosen.load_pipeline(preset, overrides)
+    return chosen.nightly_evaluate(cfg, margin=margin, log_fn=print)

@@ -6,17 +6,14 @@ transient failures, Prefect's input cache first, then the stage's own done marke
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import task
 
 from odyssey_core.recipes.espo import pipeline
-from tasks.common import NIGHTLY_TASK, STAGE_TASK
+from tasks.common import STAGE_TASK
 
 __all__ = [
     "espo_data_task",
     "espo_evaluate_task",
-    "espo_nightly_task",
     "espo_register_task",
     "espo_sft_task",
     "espo_train_task",
@@ -39,12 +36,3 @@ espo_evaluate_task = task(name="espo-evaluate", timeout_seconds=12 * 3600, **STA
 espo_register_task = task(name="espo-register", timeout_seconds=12 * 3600, **STAGE_TASK)(
     pipeline.stage_espo_register
 )
-
-
-@task(name="nightly-evaluate-espo", **NIGHTLY_TASK)
-def espo_nightly_task(
-    preset: str, overrides: dict[str, Any] | None, margin: float | None = None
-) -> dict[str, Any]:
-    return pipeline.nightly_evaluate(
-        pipeline.load_espo_pipeline_config(preset, overrides), margin=margin, log_fn=print
-    )

@@ -6,16 +6,13 @@ transient failures, Prefect's input cache first, then the stage's own done marke
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import task
 
 from odyssey_core.recipes.gtr import pipeline
-from tasks.common import NIGHTLY_TASK, STAGE_TASK
+from tasks.common import STAGE_TASK
 
 __all__ = [
     "gtr_evaluate_task",
-    "gtr_nightly_task",
     "gtr_register_task",
     "gtr_sft_task",
     "gtr_train_task",
@@ -40,12 +37,3 @@ gtr_evaluate_task = task(name="gtr-evaluate", timeout_seconds=12 * 3600, **STAGE
 gtr_register_task = task(name="gtr-register", timeout_seconds=12 * 3600, **STAGE_TASK)(
     pipeline.stage_gtr_register
 )
-
-
-@task(name="nightly-evaluate-gtr", **NIGHTLY_TASK)
-def gtr_nightly_task(
-    preset: str, overrides: dict[str, Any] | None, margin: float | None = None
-) -> dict[str, Any]:
-    return pipeline.nightly_evaluate(
-        pipeline.load_gtr_pipeline_config(preset, overrides), margin=margin, log_fn=print
-    )

@@ -1,25 +1,22 @@
 """One Prefect task per Odysseus pipeline stage, thin over
 :mod:`odyssey_core.recipes.odysseus.pipeline`: the five curation stages (record walkthroughs,
-sample frames, annotate, validate, build the dataset), then SFT, RL, evaluation and promotion,
-and the nightly evaluation of the champion. Each passes URIs and small numbers, never datasets;
-retries and caching are :data:`tasks.common.STAGE_TASK`'s.
+sample frames, annotate, validate, build the dataset), then SFT, RL, evaluation and promotion.
+Each passes URIs and small numbers, never datasets; retries and caching are
+:data:`tasks.common.STAGE_TASK`'s. The nightly evaluation is every recipe's
+(:func:`tasks.common.nightly_task`).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import task
 
 from odyssey_core.recipes.odysseus import pipeline
-from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
-from tasks.common import NIGHTLY_TASK, STAGE_TASK
+from tasks.common import STAGE_TASK
 
 __all__ = [
     "annotate_task",
     "build_dataset_task",
     "evaluate_task",
-    "nightly_task",
     "promote_task",
     "record_walkthroughs_task",
     "rl_task",
@@ -63,8 +60,3 @@ promote_task = task(name="promote", timeout_seconds=12 * 3600, **STAGE_TASK)(pip
 evaluate_task = task(name="evaluate", timeout_seconds=12 * 3600, **STAGE_TASK)(
     pipeline.stage_evaluate
 )
-
-
-@task(name="nightly-evaluate", **NIGHTLY_TASK)
-def nightly_task(preset: str, overrides: dict[str, Any] | None) -> dict[str, Any]:
-    return pipeline.nightly_evaluate(load_pipeline_config(preset, overrides), log_fn=print)

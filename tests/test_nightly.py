@@ -107,12 +107,12 @@ def test_the_flow_emits_the_regression_event_for_gtr(monkeypatch) -> None:
         "evaluated": {"champion": {"version": 3, "mean": 1.5, "inference": None}},
     }
     calls: list[tuple] = []
-    monkeypatch.setattr(nightly, "gtr_nightly_task", lambda *args: calls.append(args) or result)
+    monkeypatch.setattr(nightly, "nightly_task", lambda *args: calls.append(args) or result)
     events: list[dict[str, Any]] = []
     monkeypatch.setattr(nightly, "emit_event", lambda **kw: events.append(kw))
     with pytest.raises(nightly.ChampionRegressedError, match=r"mean return 1\.5"):
         nightly.nightly_eval_flow.fn(preset="points24", recipe="gtr", margin=0.5)
-    assert calls == [("points24", None, 0.5)]
+    assert calls == [("gtr", "points24", None, 0.5)]
     (event,) = events
     assert event["event"] == nightly.REGRESSION_EVENT
     assert event["resource"]["prefect.resource.id"] == "odyssey.model.odysseus-gtr-points24"
@@ -129,23 +129,16 @@ def test_the_flow_emits_the_regression_event_for_gtr(monkeypatch) -> None:
 
 
 def test_a_nightly_deployment_for_every_registered_model() -> None:
-    from odyssey_core.recipes.espo.pipeline import load_espo_pipeline_config
-    from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config
-    from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
+    from odyssey_core.recipe import RECIPES
     from odyssey_core.registry.models import ModelRegistry
 
     deployments = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
     nightlies = [d for d in deployments if d["entrypoint"] == "flows/nightly.py:nightly_eval_flow"]
-    loaders = {
-        "odysseus": load_pipeline_config,
-        "gtr": load_gtr_pipeline_config,
-        "espo": load_espo_pipeline_config,
-    }
     registry = ModelRegistry("sqlite:///:memory:")
     models = {}
     for d in nightlies:
         params = d["parameters"]
-        cfg = loaders[params["recipe"]](params["preset"], params.get("overrides"))
+        cfg = RECIPES.get(params["recipe"]).load_pipeline(params["preset"], params.get("overrides"))
         models[registry.model_name(cfg.game)] = d
         assert d["schedules"] and d["schedules"][0]["cron"], d["name"]
     assert set(models) == {

@@ -5,9 +5,10 @@ training" (Appendix E.3). :class:`InferenceSettings` is that set (image scale or
 generation's max new tokens, temperature, top-p and repetition penalty, the model's device,
 dtype and attention kernel), read from one place and never typed again:
 
-* an Odysseus RL preset (:func:`load_inference`: ``configs/odysseus/paper.yaml`` and so on):
-  its ``model`` and ``rollout.generation`` sections; the pipeline's evaluate stage, the
-  nightly evaluation and the promotion gate use the pipeline's own RL preset;
+* a recipe's training preset (:func:`load_inference`; an eval suite's are Odysseus RL presets,
+  ``configs/odysseus/paper.yaml`` and so on): its ``model`` and ``rollout.generation``
+  sections; the pipeline's evaluate stage, the nightly evaluation and the promotion gate use
+  the pipeline's own RL preset;
 * an RL checkpoint (:func:`checkpoint_inference`): the ``config.json`` saved beside its
   ``policy/`` folder is that run's settings;
 * an eval suite's ``inference_from`` (a preset), for ``odyssey eval`` when neither is given.
@@ -23,6 +24,7 @@ from pydantic import Field, ValidationError
 
 from odyssey_core.config import StrictModel
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipe import RECIPES
 from odyssey_core.rl.settings import ModelSettings
 
 __all__ = [
@@ -33,6 +35,8 @@ __all__ = [
 
 #: backends that take the model's device, dtype and attention kernel
 LOCAL_BACKENDS = ("hf",)
+#: whose training presets an eval suite's ``inference_from`` names: the suites play Game Boy
+SUITE_RECIPE = "odysseus"
 
 
 class InferenceSettings(StrictModel):
@@ -90,13 +94,14 @@ class InferenceSettings(StrictModel):
 
 
 def load_inference(
-    preset: str | Path, overrides: dict[str, Any] | None = None
+    preset: str | Path,
+    overrides: dict[str, Any] | None = None,
+    *,
+    recipe: str = SUITE_RECIPE,
 ) -> InferenceSettings:
-    """The inference settings of an Odysseus RL preset (a name under ``configs/odysseus/`` or
-    a YAML path) with nested ``overrides``, as :func:`load_train_settings` reads it."""
-    from odyssey_core.recipes.odysseus.settings import load_train_settings
-
-    settings = load_train_settings(preset, overrides)
+    """The inference settings of ``recipe``'s training preset (a name under
+    ``configs/<recipe>/`` or a YAML path) with nested ``overrides``, as the recipe loads it."""
+    settings = RECIPES.get(recipe).load_settings(preset, overrides)
     return InferenceSettings.from_training(settings, source=f"RL preset {preset}")
 
 

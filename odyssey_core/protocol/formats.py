@@ -34,6 +34,7 @@ where ``info`` is the env's info dict at the start of the turn (GTR reads its
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -90,6 +91,11 @@ class ResponseFormat(ABC):
     ) -> Masks:
         """The token masks of a parsed answer."""
 
+    @abstractmethod
+    def serving_action(self, parsed: Any, info: Mapping[str, Any] | None = None) -> str:
+        """The action a served model answers for a parsed answer, as one string (the
+        format's fallback when the answer did not parse); ``info`` as for :meth:`parse`."""
+
 
 class SpanFormat(ResponseFormat):
     """A format whose parse gives the thought's and the answer's character spans
@@ -114,6 +120,10 @@ class OdysseusFormat(SpanFormat):
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedResponse:
         return parse_response(text, self.space)
 
+    def serving_action(self, parsed: ParsedResponse, info: Mapping[str, Any] | None = None) -> str:
+        """The buttons as a JSON list; ``["noop"]`` when the answer did not parse."""
+        return json.dumps(list(parsed.buttons) if parsed.valid else ["noop"])
+
 
 class GTRFormat(ResponseFormat):
     """The GTR / RL4VLM format: a thought, then ``"action": "<a>"`` (a legal action)."""
@@ -123,6 +133,14 @@ class GTRFormat(ResponseFormat):
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> GTRParsed:
         legal = () if info is None else info.get("legal_actions", ())
         return parse_gtr_response(text, legal)
+
+    def serving_action(self, parsed: GTRParsed, info: Mapping[str, Any] | None = None) -> str:
+        """The legal action answered; an unparsable answer plays the first legal action (GTR's
+        configured fallback), or "" when the turn lists none."""
+        legal = list(() if info is None else info.get("legal_actions", ()))
+        if parsed.valid and parsed.action is not None:
+            return str(parsed.action)
+        return str(legal[0]) if legal else ""
 
     def masks_of(
         self, parsed: GTRParsed, text: str, response_ids: Sequence[int], tokenizer: Any
@@ -143,6 +161,10 @@ class EspoFormat(SpanFormat):
 
     def parse(self, text: Any, info: Mapping[str, Any] | None = None) -> ParsedGuiAnswer:
         return parse_gui_answer(text)
+
+    def serving_action(self, parsed: ParsedGuiAnswer, info: Mapping[str, Any] | None = None) -> str:
+        """The GUI action as JSON; "" when no action could be read."""
+        return "" if parsed.action is None else json.dumps(parsed.action.to_json())
 
 
 #: name -> format instance, e.g. ``RESPONSE_FORMATS.get("gtr").parse(text, info)``

@@ -3,9 +3,10 @@
 A version of ``<prefix>-<game>`` is an MLflow Model (``MLmodel``, a signature, an input
 example) whose artifacts are the HF checkpoint folder (``checkpoint``) and, where the
 checkpoint has one, the critic / value head (``critic``). Its ``model_config`` is the
-*serving spec*: which recipe answers (``odysseus``, ``gtr`` or ``espo``), the response format
-that parses the answer (``odyssey_core.protocol.RESPONSE_FORMATS``), the system prompt the model was
-trained with, the frame scaling and the generation defaults. So anything in the MLflow world
+*serving spec*: which recipe answers (a name in :data:`odyssey_core.recipe.RECIPES`), the
+response format that parses the answer and says what an unparsable one plays
+(``odyssey_core.protocol.RESPONSE_FORMATS``), the system prompt the model was trained with, the
+frame scaling and the generation defaults. So anything in the MLflow world
 can use the champion::
 
     import mlflow
@@ -39,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import mlflow.pyfunc
 
 from odyssey_core.common.images import decode_image, encode_png
+from odyssey_core.recipe import RECIPES, recipe_for_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -57,11 +59,7 @@ __all__ = [
 MODEL_ARTIFACT_PATH = "model"  # under the stage run's artifacts
 CHECKPOINT = "checkpoint"
 CRITIC = "critic"
-# GTR writes this into a trained model folder (odyssey_core.recipes.gtr.pipeline.PROVENANCE_FILE;
-# not imported: the pipeline imports the stage envelope, which imports this module).
-_GTR_PROVENANCE = "gtr_training.json"
 _CRITIC_NAMES = ("critic", "critic.safetensors", "value_head", "value_head.safetensors")
-_GAMEBOY_GAMES = ("odland", "mario")
 
 
 # -- the serving spec ---------------------------------------------------------------------------
@@ -81,44 +79,18 @@ def serving_spec(
     device: str = "cpu",
     dtype: str = "float32",
 ) -> dict[str, Any]:
-    """How a version answers: the recipe (from ``recipe``, the GTR provenance file in
-    ``model_dir`` or the game's name: ``gtr-<env>`` is GTR, odland / mario Odysseus), its
-    response format and the system prompt it was trained with."""
-    provenance: dict[str, Any] = {}
-    if model_dir is not None and (Path(model_dir) / _GTR_PROVENANCE).is_file():
-        provenance = json.loads((Path(model_dir) / _GTR_PROVENANCE).read_text())
-    if recipe is None:
-        if provenance.get("recipe") == "gtr" or game.startswith("gtr-"):
-            recipe = "gtr"
-        elif game.startswith("espo-"):
-            recipe = "espo"
-        else:
-            recipe = "odysseus"
-    if recipe == "gtr":
-        from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
-
-        env = env or provenance.get("env") or game.removeprefix("gtr-")
-        prompt = system_prompt or gtr_system_prompt(env, dict(env_kwargs) if env_kwargs else None)
-        fmt = "gtr"
-    elif recipe == "odysseus":
-        from odyssey_core.protocol import get_system_prompt
-
-        env = env or game
-        prompt = system_prompt or get_system_prompt(env if env in _GAMEBOY_GAMES else "odland")
-        fmt = "odysseus"
-    elif recipe == "espo":
-        from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
-
-        env = env or "persona"
-        prompt = system_prompt or ESPO_SYSTEM_PROMPT
-        fmt = "espo"
-    else:
-        raise ValueError(f"unknown recipe {recipe!r}: odysseus, gtr or espo")
+    """How a version answers: the recipe (``recipe``, else the one that claims a model of
+    ``game`` in ``model_dir``: :func:`~odyssey_core.recipe.recipe_for_model`), its response
+    format, the env it plays and the system prompt it was trained with (the recipe's)."""
+    folder = None if model_dir is None else Path(model_dir)
+    chosen = RECIPES.get(recipe) if recipe is not None else recipe_for_model(game, folder)
+    env = env or chosen.serving_env(game, folder)
+    prompt = system_prompt or chosen.system_prompt(env, dict(env_kwargs) if env_kwargs else None)
     return {
-        "recipe": recipe,
+        "recipe": chosen.name,
         "game": game,
         "env": env,
-        "format": fmt,
+        "format": chosen.response_format,
         "system_prompt": prompt,
         "image_scale": image_scale,
         "image_size": list(image_size) if image_size is not None else None,
@@ -151,11 +123,10 @@ def _decode_frame(value: Any) -> Any:
 
 
 def example_frame(recipe: str) -> Any:
-    """A small frame for the input example: a Game Boy screen or a card table size."""
+    """A small frame for the input example, the size of the recipe's screens."""
     import numpy as np
 
-    shapes = {"odysseus": (144, 160, 3), "espo": (448, 224, 3)}  # espo: a tiny phone screen
-    shape = shapes.get(recipe, (96, 128, 3))
+    shape = RECIPES.get(recipe).example_input.frame_shape
     frame = np.zeros(shape, np.uint8)
     frame[shape[0] // 2 :, :, 1] = 160  # something that is not a blank screen
     return frame
@@ -242,21 +213,14 @@ class OdysseyAgentModel(mlflow.pyfunc.PythonModel):
             seed=None if params.get("seed") is None else int(params["seed"]),
         )
         answers = self._load().generate(observations, generation)
-        fmt = RESPONSE_FORMATS.get(spec.get("format", "odysseus"))
+        fmt = RESPONSE_FORMATS.get(spec["format"])
         out = []
         for row, answer in zip(rows, answers, strict=True):
-            legal = _legal(row.get("legal_actions"))
-            parsed = fmt.parse(answer.text, {"legal_actions": legal})
-            if spec.get("format") == "gtr":
-                # the configured fallback of GTR: an unparsable answer plays a legal action
-                action = parsed.action if parsed.valid else (legal[0] if legal else "")
-            elif spec.get("format") == "espo":  # the GUI action as JSON, "" when unreadable
-                action = "" if parsed.action is None else json.dumps(parsed.action.to_json())
-            else:
-                action = json.dumps(list(parsed.buttons) if parsed.valid else ["noop"])
+            info = {"legal_actions": _legal(row.get("legal_actions"))}
+            parsed = fmt.parse(answer.text, info)
             out.append(
                 {
-                    "action": action,
+                    "action": fmt.serving_action(parsed, info),
                     "valid": bool(parsed.valid),
                     "text": answer.text,
                     "recipe": spec.get("recipe", ""),
@@ -301,19 +265,12 @@ def _signature() -> Any:
 def _input_example(spec: Mapping[str, Any]) -> Any:
     import pandas as pd
 
-    if spec["recipe"] == "gtr":
-        text, legal = "Reach the target number. Legal actions: 1, 2.", json.dumps(["1", "2"])
-    elif spec["recipe"] == "espo":
-        text, legal = "The user asked: a quiet hotel in Paris. No actions yet.", ""
-    else:
-        from odyssey_core.protocol.prompts import build_turn_text
-
-        text, legal = build_turn_text("1-1"), ""
+    example = RECIPES.get(spec["recipe"]).example_input
     row = {
         "image": encode_frame(example_frame(spec["recipe"])),
-        "text": text,
+        "text": example.text,
         "game": spec["game"],
-        "legal_actions": legal,
+        "legal_actions": json.dumps(list(example.legal_actions)) if example.legal_actions else "",
     }
     return pd.DataFrame([row])
 

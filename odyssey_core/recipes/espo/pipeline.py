@@ -68,6 +68,7 @@ from odyssey_core.stages import (
     register_and_gate,
     run_stage,
     sft_here_or_launched,
+    train_here_or_launched,
 )
 
 __all__ = [
@@ -77,6 +78,7 @@ __all__ = [
     "evaluate_espo_model",
     "load_espo_pipeline_config",
     "nightly_evaluate",
+    "pipeline_dataset",
     "stage_espo_data",
     "stage_espo_evaluate",
     "stage_espo_register",
@@ -268,6 +270,12 @@ def _dataset(cfg: EspoPipelineConfig, data: Mapping[str, Any], work: Path) -> Pa
     return fetch(cfg, data["dataset_uri"], work / f"dataset-{_short(data['dataset_uri'])}")
 
 
+def pipeline_dataset(cfg: EspoPipelineConfig, work: Path) -> Path:
+    """The pipeline's demonstrations as a local folder: the data stage's (run now unless its
+    marker says it is done), fetched under ``work`` when another worker made them."""
+    return _dataset(cfg, stage_espo_data(cfg), work)
+
+
 # -- sft ------------------------------------------------------------------------------------------
 
 
@@ -376,7 +384,8 @@ def stage_espo_train(
     ``base_model``; without a train stage (SFT only) the SFT model is the checkpoint."""
     from odyssey_core.models.lora import merge_and_save
     from odyssey_core.recipes.espo.train import build_trainer
-    from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
+    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
+    from odyssey_core.rl.policy import build_policy
 
     settings = _train_settings(cfg)
 
@@ -391,22 +400,26 @@ def stage_espo_train(
             ctx.run.log_metrics(numeric(metrics), step=step)
 
         train_dir = ctx.work / f"run-{ctx.tag}"
-        trainer = build_trainer(run_settings, train_dir, resume=True, callbacks=[on_step])
-        try:
-            trainer.train()
-            steps = trainer.step
-            checkpoint = latest_checkpoint(train_dir)
-            if checkpoint is None:
-                raise RuntimeError(f"ESPO finished without a checkpoint under {train_dir}")
-            model_dir = policy_dir(checkpoint)
-            if settings.lora is not None:  # an adapter alone cannot be evaluated or served
-                model_dir = ctx.work / f"merged-{ctx.tag}"
-                shutil.rmtree(model_dir, ignore_errors=True)
-                merge_and_save(
-                    trainer.policy.model, model_dir, trainer.policy.processor, inplace=True
+        policy = train_here_or_launched(
+            "espo", run_settings, build_trainer, train_dir, on_step=on_step, emit=log.info
+        )
+        checkpoint = latest_checkpoint(train_dir)
+        if checkpoint is None:
+            raise RuntimeError(f"ESPO finished without a checkpoint under {train_dir}")
+        steps = int(load_trainer_state(checkpoint)["step"])
+        model_dir = policy_dir(checkpoint)
+        if settings.lora is not None:  # an adapter alone cannot be evaluated or served
+            if policy is None:  # trained in other processes: the adapter from the checkpoint
+                policy = build_policy(
+                    run_settings.model,
+                    run_settings.lora,
+                    train_dir,
+                    checkpoint,
+                    system_prompt=ESPO_SYSTEM_PROMPT,
                 )
-        finally:
-            trainer.close()
+            model_dir = ctx.work / f"merged-{ctx.tag}"
+            shutil.rmtree(model_dir, ignore_errors=True)
+            merge_and_save(policy.model, model_dir, policy.processor, inplace=True)
         uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}")
         if sft is not None:
             base = sft["base_model_uri"]
@@ -728,7 +741,7 @@ def nightly_evaluate(
     dataset, log the points of the ``nightly-<game>`` series and compare the champion's
     ``promotion.metric`` with the one recorded on its version."""
     plan = nightly_plan(cfg, out_dir)
-    dataset = _dataset(cfg, stage_espo_data(cfg), plan.out_dir)
+    dataset = pipeline_dataset(cfg, plan.out_dir)
     metric = cfg.promotion.metric
     margin = cfg.promotion.nightly_margin if margin is None else float(margin)
 

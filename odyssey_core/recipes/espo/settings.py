@@ -18,8 +18,10 @@ from typing import Any, Literal
 from pydantic import Field
 
 from odyssey_core.config import StrictModel, load_preset
+from odyssey_core.launch import LaunchSettings
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.recipes.espo.advantages import Accumulation, Combine, StdKind
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
 from odyssey_core.rl.settings import ModelSettings
@@ -79,6 +81,11 @@ class EspoRolloutSettings(StrictModel):
         "paper's prompt)",
     )
     rewards: StageRewardSettings = StageRewardSettings()
+    backend: RolloutBackendSettings = Field(
+        default=RolloutBackendSettings(),
+        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
+        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
+    )
 
 
 class EspoAdvantageSection(StrictModel):
@@ -132,10 +139,15 @@ class EspoGRPOSettings(StrictModel):
 
 class EspoSettings(StrictModel):
     """Everything one ESPO run needs. Training steps = ``epochs`` x ceil(training episodes /
-    ``rollout.episodes_per_step``)."""
+    ``rollout.episodes_per_step``), or ``steps`` when set."""
 
     seed: int = 0
     epochs: int = Field(default=6, ge=1, description="passes over the training episodes (six)")
+    steps: int | None = Field(
+        default=None,
+        ge=1,
+        description="stop after this many training steps (null: epochs x steps per epoch)",
+    )
     checkpoint_every: int = Field(default=10, ge=1)
     model: ModelSettings = ModelSettings()
     lora: LoraSettings | None = Field(
@@ -146,6 +158,10 @@ class EspoSettings(StrictModel):
     advantage: EspoAdvantageSection = EspoAdvantageSection()
     grpo: EspoGRPOSettings = EspoGRPOSettings()
     deepspeed: Path | None = Field(default=None, description="a ZeRO JSON, or null")
+    launch: LaunchSettings = Field(
+        default=LaunchSettings(),
+        description="processes and launcher of the pipeline's training stage (1: in-process)",
+    )
 
 
 def load_espo_settings(preset: str | Path, overrides: dict[str, Any] | None = None) -> EspoSettings:

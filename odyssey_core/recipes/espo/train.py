@@ -19,7 +19,10 @@ It configures the engine and plugs one hook into it; the loop is
   model the run started from (the SFT model);
 - sampler: ``episodes`` (the episodic batch sampler: one demonstration and all its samples per
   minibatch, in time order) or ``shuffled_turns`` (vanilla GRPO);
-- updater: AdamW, lr 1e-6, weight decay 1e-2, constant.
+- updater: AdamW, lr 1e-6, weight decay 1e-2, constant;
+- rollout engine: the trainer's model, or vLLM / an OpenAI-compatible server that the
+  trainer's weights are pushed to after every update (``rollout.backend``);
+- collapse monitoring of the thoughts (``collapse/*`` metrics, :func:`espo_collapse_metrics`).
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ from odyssey_core.envs.persona.dataset import read_dataset
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.envs.vector import SyncVectorEnv
+from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
+from odyssey_core.protocol.gui import parse_gui_answer
+from odyssey_core.protocol.parsing import ParsedResponse
 from odyssey_core.recipes.espo.advantages import EspoAdvantageSettings
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
@@ -44,6 +50,7 @@ from odyssey_core.recipes.espo.rewards import StageRewardSettings
 from odyssey_core.recipes.espo.settings import EspoSettings
 from odyssey_core.recipes.espo.wrapper import StageRewardWrapper
 from odyssey_core.rl.checkpoint import latest_checkpoint
+from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
 from odyssey_core.rl.policy import build_policy, build_reference, resolve_base_model
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig, TrainerHook
@@ -58,8 +65,10 @@ from odyssey_core.rollout.collector import (
 )
 
 __all__ = [
+    "GUI_ACTION_WORDS",
     "EpisodeSchedule",
     "build_trainer",
+    "espo_collapse_metrics",
     "espo_info_extras",
     "make_espo_env",
     "steps_per_epoch",
@@ -80,6 +89,47 @@ def espo_info_extras(before: dict[str, Any], info: dict[str, Any]) -> dict[str, 
         "gold": info.get("gold"),
         "parsed": info.get("parsed"),
     }
+
+
+#: the words by which a thought names each GUI action (the collapse monitor's agreement)
+GUI_ACTION_WORDS: dict[str, tuple[str, ...]] = {
+    "click": ("click", "tap", "press", "select", "open", "choose", "pick"),
+    "type": ("type", "enter", "input", "write", "search", "fill"),
+    "scroll up": ("scroll", "up", "swipe"),
+    "scroll down": ("scroll", "down", "swipe", "more"),
+    "scroll left": ("scroll", "left", "swipe"),
+    "scroll right": ("scroll", "right", "swipe"),
+    "exit": ("exit", "close", "back", "dismiss", "leave"),
+    "pool_found": ("found", "match", "matches", "fit", "fits", "pool", "list", "results"),
+    "recommendation": ("recommend", "recommendation", "yes", "no", "suggest", "candidate"),
+}
+
+
+def espo_collapse_metrics(
+    texts: Sequence[str], frames: Sequence[Any], settings: CollapseSettings | None = None
+) -> CollapseReport:
+    """Thought-collapse metrics of GUI answers: the think block is the reasoning, the action
+    type the answered "button" (named by :data:`GUI_ACTION_WORDS`)."""
+    parsed = []
+    for text in texts:
+        answer = parse_gui_answer(text)
+        action = answer.action.action if answer.valid and answer.action is not None else None
+        parsed.append(
+            ParsedResponse(
+                buttons=(action,) if action is not None else (),
+                valid=action is not None,
+                reasoning=answer.thought,
+                error=answer.error,
+            )
+        )
+    base = settings or CollapseSettings()
+    return collapse_metrics(
+        parsed, list(frames), base.model_copy(update={"button_words": GUI_ACTION_WORDS})
+    )
+
+
+def _espo_collapse(batch: TurnBatch) -> CollapseReport:
+    return espo_collapse_metrics([e.get("response", "") for e in batch.extras], batch.frames)
 
 
 def make_espo_env(
@@ -211,13 +261,15 @@ def build_trainer(
     factory = functools.partial(
         make_espo_env, dataset, "train", s.data.channel, r.rewards, r.history_window
     )
+    rollout_policy, sync_hooks = rollout_backend(r.backend, policy, out)
     collector = Collector(
         SyncVectorEnv([factory] * n_envs),
-        policy,
+        rollout_policy,
         r.generation,
         max_turns=max(len(e.steps) for e in episodes),
         response_format=RESPONSE_FORMATS.get("espo"),
         info_extras=espo_info_extras,
+        tokenizer=policy.tokenizer,
     )
     updater = build_updater(
         policy.model,
@@ -240,13 +292,13 @@ def build_trainer(
             policy, r.generation.temperature, r.score_micro_batch, frozen_model=start
         )
     trainer = Trainer(
-        trainer_config(s, s.epochs * schedule.per_epoch),
+        trainer_config(s, s.steps or s.epochs * schedule.per_epoch),
         policy,
         collector,
         None,
         updater,
         out,
-        hooks=[schedule],
+        hooks=[schedule, CollapseMonitor(_espo_collapse), *sync_hooks],
         callbacks=callbacks,
         reference=reference,
     )

@@ -67,6 +67,7 @@ __all__ = [
     "PROVENANCE_FILE",
     "GTRPipelineConfig",
     "evaluate_gtr_model",
+    "gate_sample",
     "gtr_sft_settings",
     "load_gtr_pipeline_config",
     "nightly_evaluate",
@@ -647,7 +648,9 @@ def stage_gtr_evaluate(
 # -- register + promotion gate ------------------------------------------------------------------
 
 
-def _sample(scores: Mapping[str, Any], metric: str) -> list[float]:
+def gate_sample(scores: Mapping[str, Any], metric: str) -> list[float]:
+    """The per-episode sample of ``promotion.metric`` (``return`` or ``success``) in an
+    evaluation's scores."""
     return [float(x) for x in scores["returns" if metric == "return" else "successes"]]
 
 
@@ -667,7 +670,7 @@ def stage_gtr_register(
 
     def evaluate_reference(model_ref: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
         evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
-        return _sample(evaluated["scores"], metric), evaluated
+        return gate_sample(evaluated["scores"], metric), evaluated
 
     def body(ctx: StageContext) -> dict[str, Any]:
         # the published copy when another worker evaluated
@@ -684,7 +687,7 @@ def stage_gtr_register(
             ctx,
             game=cfg.game,
             checkpoint_uri=checkpoint_uri,
-            candidate_scores=_sample(candidate, metric),
+            candidate_scores=gate_sample(candidate, metric),
             base_model=base_model,
             evaluate_reference=evaluate_reference,
             margin=cfg.promotion.margin,

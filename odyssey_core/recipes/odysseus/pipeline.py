@@ -46,6 +46,7 @@ from odyssey_core.stages import (
     fetch_json,
     make_tracker,
     nightly_plan,
+    nightly_table,
     numeric,
     read_marker,
     register_and_gate,
@@ -771,6 +772,7 @@ def _serving(cfg: PipelineConfig) -> dict[str, Any]:
     """How the registered MLflow Model answers: the RL preset's inference settings."""
     inference = pipeline_inference(cfg)
     return {
+        "recipe": "odysseus",
         "image_scale": inference.image_scale,
         "image_size": inference.image_size,
         "max_new_tokens": inference.max_new_tokens,
@@ -846,13 +848,19 @@ def stage_promote(
 
 
 def nightly_evaluate(
-    cfg: PipelineConfig, out_dir: Path | None = None, *, log_fn: Callable[[str], None] = log.info
+    cfg: PipelineConfig,
+    out_dir: Path | None = None,
+    *,
+    margin: float | None = None,
+    log_fn: Callable[[str], None] = log.info,
 ) -> dict[str, Any]:
     """Evaluate the champion (and the candidate, if any) on the suite and log each mean as one
     more point of a time series in MLflow (run ``nightly-<game>``). ``regressed`` says whether
-    the champion fell below its recorded score by more than ``promotion.nightly_margin``; the
-    caller decides what a regression does (the flow fails and emits an event)."""
+    the champion fell below its recorded score by more than ``margin`` (None:
+    ``promotion.nightly_margin``); the caller decides what a regression does (the flow fails
+    and emits an event)."""
     plan = nightly_plan(cfg, out_dir)
+    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
 
     def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
         evaluated = evaluate_checkpoint(cfg, uri, label, out)
@@ -860,31 +868,4 @@ def nightly_evaluate(
         return evaluated["mean"], {**evaluated, "metrics": {}}
 
     rows = plan.evaluate(evaluate, "mean progress", log_fn)
-    return plan.verdict(rows, f"metric.{SCORE_KEY}", cfg.promotion.nightly_margin)
-
-
-def nightly_table(result: Mapping[str, Any]) -> str:
-    """A markdown table of a :func:`nightly_evaluate` result: each evaluated model's mean, then
-    the champion's recorded score."""
-    rows = ["| model | version | mean progress |", "|---|---|---|"]
-    for label, row in result["evaluated"].items():
-        rows.append(f"| {label} | {row['version']} | {row['mean']:.4g} |")
-    rows.append(f"| champion (recorded) | {result['champion']} | {result['recorded']:.4g} |")
-    inference = next(iter(result["evaluated"].values()), {}).get("inference")
-    if inference:
-        rows.append("")
-        rows.append(
-            f"inference settings of {inference.get('source')}: "
-            + ", ".join(
-                f"{k} {inference[k]}"
-                for k in (
-                    "image_scale",
-                    "max_new_tokens",
-                    "temperature",
-                    "top_p",
-                    "device",
-                    "dtype",
-                )
-            )
-        )
-    return "\n".join(rows)
+    return plan.verdict(rows, f"metric.{SCORE_KEY}", margin)

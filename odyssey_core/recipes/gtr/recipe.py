@@ -1,0 +1,68 @@
+"""The GTR recipe as one object: :data:`RECIPE`, found in :data:`odyssey_core.recipe.RECIPES`."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from odyssey_core.recipe import Capabilities, Evaluation, ExampleInput, Recipe
+from odyssey_core.recipes.gtr.pipeline import (
+    GTRPipelineConfig,
+    evaluate_gtr_model,
+    gate_sample,
+    load_gtr_pipeline_config,
+    nightly_evaluate,
+    read_provenance,
+)
+from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+from odyssey_core.recipes.gtr.settings import GTRSettings, load_gtr_settings
+from odyssey_core.recipes.gtr.train import build_trainer
+
+__all__ = ["RECIPE"]
+
+GAME_PREFIX = "gtr-"  # a registered GTR model is odysseus-gtr-<env>
+
+
+def owns_model(game: str, model_dir: Path | None) -> bool:
+    """A ``gtr-<env>`` game, or a model folder GTR wrote its provenance into."""
+    provenance = read_provenance(model_dir) if model_dir is not None else None
+    return game.startswith(GAME_PREFIX) or (provenance or {}).get("recipe") == "gtr"
+
+
+def serving_env(game: str, model_dir: Path | None) -> str:
+    """The env the provenance names, else the game's name without its prefix."""
+    provenance = read_provenance(model_dir) if model_dir is not None else None
+    return (provenance or {}).get("env") or game.removeprefix(GAME_PREFIX)
+
+
+def evaluate_model(cfg: GTRPipelineConfig, model_ref: str, label: str, out_dir: Path) -> Evaluation:
+    """The pipeline's fixed deals: the per-episode ``promotion.metric`` (return or success)."""
+    evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
+    return Evaluation(
+        scores=gate_sample(evaluated["scores"], cfg.promotion.metric),
+        summary={k: v for k, v in evaluated["summary"].items() if math.isfinite(v)},
+        report=Path(evaluated["report_markdown"]),
+        details=evaluated,
+    )
+
+
+RECIPE = Recipe(
+    name="gtr",
+    summary="PPO with a corrector's thought cloning (DAgger) on card games and ALFWorld",
+    settings_type=GTRSettings,
+    load_settings=load_gtr_settings,
+    build_trainer=build_trainer,
+    response_format="gtr",
+    system_prompt=gtr_system_prompt,
+    owns_model=owns_model,
+    serving_env=serving_env,
+    example_input=ExampleInput(
+        text="Reach the target number. Legal actions: 1, 2.",
+        frame_shape=(96, 128, 3),
+        legal_actions=("1", "2"),
+    ),
+    load_pipeline=load_gtr_pipeline_config,
+    evaluate_model=evaluate_model,
+    nightly_evaluate=nightly_evaluate,
+    capabilities=Capabilities(distributed=True, rollout_backends=("hf", "vllm", "openai")),
+)
