@@ -43,6 +43,7 @@ def _perturbed(path: Path, seed: int) -> torch.nn.Module:
 @pytest.fixture
 def served(tiny_model_dir: Path, tmp_path: Path):
     policy = HFPolicy(tiny_model_dir)  # its own copy: the reloads change its weights
+    (tmp_path / "allowed").mkdir()
     app = create_app(policy, "tiny", api_key=KEY, weights_root=tmp_path / "allowed")
     with ServerThread(app) as server:
         yield policy, server
