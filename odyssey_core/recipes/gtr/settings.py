@@ -2,30 +2,35 @@
 
 A preset may start with ``inherit: other.yaml`` (relative to its own folder); this file's keys
 are deep-merged over the parent, so the ablations in ``configs/gtr/ablations/`` are overlays.
-Unknown keys are errors.
+Unknown keys are errors; a renamed key fails with its new name
+(:attr:`GTRSettings.renamed_keys`). The sections every recipe shares (``rollout``,
+``advantage``, ``ppo``, ``launch``, ...) are
+:class:`~odyssey_core.rl.train_settings.TrainSettings`'s.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from odyssey_core.config import StrictModel, load_preset
-from odyssey_core.launch import LaunchSettings
+from odyssey_core.config import StrictModel, load_preset, redefault
 from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
-from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.recipes.gtr.corrector import (
     NO_CORRECTOR,
     split_corrector_spec,
     validate_corrector_kwargs,
 )
 from odyssey_core.recipes.gtr.rewards import GTRRewardConfig
-from odyssey_core.rl.settings import CriticSettings, ModelSettings
+from odyssey_core.rl.advantages import AdvantageSettings
+from odyssey_core.rl.settings import CriticSettings
+from odyssey_core.rl.train_settings import PPOSettings, RolloutSettings, TrainSettings
 
 __all__ = [
+    "GTRAdvantageSettings",
     "GTRPPOSettings",
     "GTRRolloutSettings",
     "GTRSFTSettings",
@@ -35,7 +40,7 @@ __all__ = [
 ]
 
 
-class GTRRolloutSettings(StrictModel):
+class GTRRolloutSettings(RolloutSettings):
     """Turn collection: ``turns_per_step`` turns over ``n_envs`` envs that reset on their own."""
 
     env: str = Field(default="cards-points24", description="a cards registry name")
@@ -44,15 +49,11 @@ class GTRRolloutSettings(StrictModel):
     turns_per_step: int = Field(
         default=512, ge=1, description="turns per update (RL4VLM's num_steps; rounded up to n_envs)"
     )
-    generation: GenerationParams = Field(
-        default=GenerationParams(temperature=0.2, max_new_tokens=256, repetition_penalty=1.2),
-        description="Table 2: temperature 0.2, max text length 256, repetition penalty 1.2",
-    )
-    score_micro_batch: int = Field(default=4, ge=1, description="turns per scoring forward")
-    backend: RolloutBackendSettings = Field(
-        default=RolloutBackendSettings(),
-        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
-        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
+    generation: GenerationParams = redefault(
+        RolloutSettings,
+        "generation",
+        GenerationParams(temperature=0.2, max_new_tokens=256, repetition_penalty=1.2),
+        "Table 2: temperature 0.2, max text length 256, repetition penalty 1.2",
     )
     corrector: str = Field(
         default="openai",
@@ -79,25 +80,41 @@ class GTRRolloutSettings(StrictModel):
         return self
 
 
-class GTRPPOSettings(StrictModel):
+class GTRAdvantageSettings(AdvantageSettings):
+    """GAE over V(o_t) from ``value.source``, as RL4VLM's PPO computes it (Table 2)."""
+
+    estimator: str = redefault(
+        AdvantageSettings,
+        "estimator",
+        "gae",
+        "Table 2 / RL4VLM: GAE; any name in ESTIMATORS (the value function is value.source's)",
+    )
+    gamma: float = redefault(AdvantageSettings, "gamma", 0.9, "Table 2: discount 0.9")
+    gae_lambda: float = redefault(AdvantageSettings, "gae_lambda", 0.95, "Table 2: GAE lambda 0.95")
+    normalize: bool = redefault(
+        AdvantageSettings, "normalize", True, "standardised over the batch, as RL4VLM's PPO"
+    )
+
+
+class GTRPPOSettings(PPOSettings):
     """Turn-level PPO on log pi(a_t) = lambda * log pi(thought) + log pi(action)."""
 
     enabled: bool = Field(default=True, description="false: the SFT-only ablation")
-    clip: float = Field(default=0.1, gt=0, lt=1, description="Table 2: PPO clip 0.1")
-    gamma: float = Field(default=0.9, ge=0, le=1, description="Table 2: discount 0.9")
-    gae_lambda: float = Field(default=0.95, ge=0, le=1, description="Table 2: GAE lambda 0.95")
+    clip_low: float = redefault(PPOSettings, "clip_low", 0.1, "Table 2: PPO clip 0.1")
+    clip_high: float = redefault(PPOSettings, "clip_high", 0.1, "Table 2: PPO clip 0.1")
     thought_weight: float = Field(
         default=0.5, ge=0, description="Table 2: thought probability coefficient (Points24 0.5)"
     )
-    epochs: int = Field(default=4, ge=1, description="Table 2: 4 PPO epochs")
-    minibatch_size: int = Field(
-        default=128, ge=1, description="turns per optimiser step (Table 2: 128 accumulation)"
+    epochs: int = redefault(PPOSettings, "epochs", 4, "Table 2: 4 PPO epochs")
+    minibatch_size: int = redefault(
+        PPOSettings, "minibatch_size", 128, "turns per optimiser step (Table 2: 128 accumulation)"
     )
-    entropy_coef: float = Field(
-        default=0.01,
-        ge=0,
-        description="Table 2: 0.01. The exact entropy of the sampling distribution, token-mean "
-        "over the response tokens",
+    entropy_coef: float = redefault(
+        PPOSettings,
+        "entropy_coef",
+        0.01,
+        "Table 2: 0.01. The exact entropy of the sampling distribution, token-mean over the "
+        "response tokens",
     )
     value_coef: float = Field(
         default=0.5,
@@ -106,12 +123,9 @@ class GTRPPOSettings(StrictModel):
         "in one backward pass, so this weighs it against the policy terms; the CNN critic "
         "trains on its own optimiser, where it only scales a separate objective",
     )
-    normalize_advantages: bool = Field(default=True, description="as RL4VLM's PPO does")
-    lr: float = Field(default=1e-5, gt=0, description="Table 2: initial lr 1e-5")
+    lr: float = redefault(PPOSettings, "lr", 1e-5, "Table 2: initial lr 1e-5")
     final_lr: float = Field(default=1e-9, ge=0, description="Table 2: final lr 1e-9 (cosine)")
     lr_steps: int = Field(default=25, ge=1, description="Table 2: maximum lr step 25")
-    grad_clip: float = Field(default=1.0, gt=0)
-    weight_decay: float = Field(default=0.0, ge=0)
 
 
 class GTRSFTSettings(StrictModel):
@@ -157,32 +171,30 @@ class GTRValueSettings(StrictModel):
         return self
 
 
-class GTRSettings(StrictModel):
+class GTRSettings(TrainSettings):
     """Everything one GTR run needs."""
 
-    seed: int = 0
+    renamed_keys: ClassVar[Mapping[str, str]] = {
+        "ppo.clip": "ppo.clip_low and ppo.clip_high (Table 2: 0.1 both)",
+        "ppo.gamma": "advantage.gamma",
+        "ppo.gae_lambda": "advantage.gae_lambda",
+        "ppo.normalize_advantages": "advantage.normalize",
+    }
+
     steps: int = Field(default=30, ge=1, description="updates (Points24: 15000 env steps / 512)")
-    checkpoint_every: int = Field(default=10, ge=1)
-    model: ModelSettings = ModelSettings()
-    lora: LoraSettings | None = Field(
-        default=LoraSettings(
-            r=128, alpha=256, dropout=0.05, include_vision=True, include_projector=True
-        ),
-        description="Table 2: r 128, alpha 256, dropout 0.05; App. B: the whole VLM (vision "
-        "encoder, LLM and the projector between them); null: full fine-tuning",
+    lora: LoraSettings | None = redefault(
+        TrainSettings,
+        "lora",
+        LoraSettings(r=128, alpha=256, dropout=0.05, include_vision=True, include_projector=True),
+        "Table 2: r 128, alpha 256, dropout 0.05; App. B: the whole VLM (vision encoder, LLM "
+        "and the projector between them); null: full fine-tuning",
     )
     rollout: GTRRolloutSettings = GTRRolloutSettings()
+    advantage: GTRAdvantageSettings = GTRAdvantageSettings()
     ppo: GTRPPOSettings = GTRPPOSettings()
     sft: GTRSFTSettings = GTRSFTSettings()
     critic: CriticSettings = CriticSettings()
     value: GTRValueSettings = GTRValueSettings()
-    deepspeed: Path | None = Field(
-        default=None, description="a ZeRO-2 JSON for the policy update (GPU launcher), or null"
-    )
-    launch: LaunchSettings = Field(
-        default=LaunchSettings(),
-        description="processes and launcher of the pipeline's training stage (1: in-process)",
-    )
 
     @model_validator(mode="after")
     def _something_to_train(self) -> GTRSettings:

@@ -19,9 +19,11 @@ from odyssey_core.recipes.gtr.dagger import DaggerBuffer, DaggerExample
 from odyssey_core.recipes.gtr.prompts import CARDS_SYSTEM_PROMPTS, cards_system_prompt
 from odyssey_core.recipes.gtr.settings import load_gtr_settings
 from odyssey_core.recipes.gtr.train import build_sft_example, build_trainer, sft_loss_pieces
-from odyssey_core.rl.checkpoint import load_trainer_state
+from odyssey_core.rl.advantages import ESTIMATORS, compute_advantages
+from odyssey_core.rl.checkpoint import checkpoint_name, load_trainer_state
 from odyssey_core.rl.losses import combine_thought_action_logprobs, pad_ragged
-from odyssey_core.rl.trainer import Trainer
+from odyssey_core.rl.trainer import Trainer, TrainerHook
+from odyssey_core.rollout.batch import TurnBatch
 
 torch.set_num_threads(1)  # see model_fixtures: tiny models on a busy machine
 tiny_model_dir = model_fixtures.tiny_model_dir
@@ -192,7 +194,9 @@ def test_response_without_action_key_counts_as_thought(tiny_policy_tokenizer) ->
 
 def test_presets_carry_table_2_values() -> None:
     s = load_gtr_settings(CONFIGS / "points24.yaml")
-    assert (s.ppo.clip, s.ppo.gamma, s.ppo.gae_lambda, s.ppo.epochs) == (0.1, 0.9, 0.95, 4)
+    assert (s.ppo.clip_low, s.ppo.clip_high, s.ppo.epochs) == (0.1, 0.1, 4)
+    a = s.advantage
+    assert (a.estimator, a.gamma, a.gae_lambda, a.normalize) == ("gae", 0.9, 0.95, True)
     assert (s.ppo.entropy_coef, s.ppo.value_coef, s.ppo.thought_weight) == (0.01, 0.5, 0.5)
     assert (s.ppo.lr, s.ppo.final_lr, s.ppo.lr_steps) == (1e-5, 1e-9, 25)
     assert s.lora is not None and (s.lora.r, s.lora.alpha, s.lora.dropout) == (128, 256, 0.05)
@@ -219,9 +223,10 @@ def test_presets_carry_table_2_values() -> None:
     assert not ablations["gtr_no_dagger"].sft.dagger
     assert ablations["full_response_cloning"].sft.target == "full_response"
     for preset in ablations.values():  # the overlays change nothing else
-        assert preset.ppo.clip == 0.1 and preset.ppo.thought_weight == 0.5
+        assert preset.ppo.clip_low == preset.ppo.clip_high == 0.1
+        assert preset.ppo.thought_weight == 0.5 and preset.advantage == s.advantage
     tiny = load_gtr_settings(CONFIGS / "tiny.yaml")
-    assert tiny.lora is None and tiny.ppo.clip == 0.1 and tiny.rollout.env == "cards-numberline"
+    assert tiny.lora is None and tiny.ppo.clip_low == 0.1 and tiny.rollout.env == "cards-numberline"
     assert tiny.rollout.corrector == "programmatic"  # the oracle, named: CPU needs no network
     assert set(CARDS_SYSTEM_PROMPTS) == {"numberline", "ezpoints", "points24", "blackjack"}
     assert '"action"' in cards_system_prompt("cards-points24")
@@ -287,6 +292,41 @@ def test_buffer_grows_across_steps_and_no_dagger_samples_latest(
     batches = {e.batch for e in _buffer(trainer).sample(64, np.random.default_rng(0))}
     assert batches == ({0, 1} if dagger else {1})
     trainer.close()
+
+
+class _StepBatch(TrainerHook):
+    """Keeps the last step's batch, its advantages included (what on_step_end sees)."""
+
+    name = "step_batch"
+
+    def on_step_end(self, trainer: Trainer, batch: TurnBatch) -> dict[str, float]:
+        self.batch = batch
+        return {}
+
+
+def test_the_estimator_is_the_one_the_advantage_section_names(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """GAE is GTR's default, not its only estimator: ``advantage.estimator`` picks another."""
+    assert load_gtr_settings(CONFIGS / "tiny.yaml").advantage.estimator == "gae"
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, advantage={"estimator": "ppo_critic"}, ppo={"epochs": 1}
+    )
+    assert trainer.estimator is ESTIMATORS.get("ppo_critic")
+    recorder = _StepBatch()
+    trainer.hooks.append(recorder)
+    trainer.train_step()
+    batch = recorder.batch
+    settings = trainer.config.advantage
+    assert settings.estimator == "ppo_critic" and settings.gamma == 0.9
+    expected, returns = compute_advantages(batch, settings)
+    assert torch.allclose(batch.advantages, expected) and torch.allclose(batch.returns, returns)
+    other = settings.model_copy(update={"estimator": "grpo_process"})
+    assert float(expected.abs().sum()) > 0  # R - V(o_t): the critic's values are read
+    assert not torch.allclose(compute_advantages(batch, other)[0], expected)  # a real choice
+    trainer.close()
+    with pytest.raises(ValueError, match="unknown estimator 'gaee'"):
+        load_gtr_settings(CONFIGS / "tiny.yaml", {"advantage": {"estimator": "gaee"}})
 
 
 # -- the value head on the VLM --------------------------------------------------------------------
@@ -410,7 +450,7 @@ def test_gtr_run_with_the_value_head_checkpoints_and_resumes(
     saved_head = {k: v.clone() for k, v in trainer.value_function.head.state_dict().items()}
     saved_model = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
     trainer.close()
-    state = load_trainer_state(tmp_path / "checkpoints" / "step-000001")
+    state = load_trainer_state(tmp_path / "checkpoints" / checkpoint_name(1))
     assert state["value_function"]["kind"] == "vlm_head" and "critic" not in state
 
     resumed = build_trainer(settings, tmp_path, resume=True)
