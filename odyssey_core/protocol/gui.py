@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import re
 import reprlib
 import warnings
 from dataclasses import dataclass
@@ -178,8 +177,22 @@ class ParsedGuiAnswer:
     answer_span: tuple[int, int] | None
 
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+def _blocks(text: str, tag: str) -> list[tuple[int, int]]:
+    """The content spans of the ``<tag>...</tag>`` blocks, each opening tag closed by the first
+    closing tag after it (a lazy regex match), found in linear time: once an opening tag has
+    no closing tag after it, no later one has."""
+    opening, closing = f"<{tag}>", f"</{tag}>"
+    spans: list[tuple[int, int]] = []
+    position = 0
+    while (start := text.find(opening, position)) >= 0:
+        end = text.find(closing, start + len(opening))
+        if end < 0:
+            break
+        spans.append((start + len(opening), end))
+        position = end + len(closing)
+    return spans
+
+
 #: what reading a Python literal or JSON can raise on hostile text (deep nesting, huge ints)
 _LOAD_ERRORS = (ValueError, SyntaxError, TypeError, MemoryError, RecursionError, OverflowError)
 
@@ -213,17 +226,17 @@ def _text_field(value: Any) -> str:
 
 
 def _parse(text: str) -> ParsedGuiAnswer:
-    thinks, answers = list(_THINK.finditer(text)), list(_ANSWER.finditer(text))
-    thought = thinks[0].group(1).strip() if thinks else ""
-    thought_span = thinks[0].span(1) if thinks else None
-    answer_span = answers[0].span(1) if answers else None
+    thinks, answers = _blocks(text, "think"), _blocks(text, "answer")
+    thought_span = thinks[0] if thinks else None
+    thought = text[slice(*thought_span)].strip() if thought_span else ""
+    answer_span = answers[0] if answers else None
 
     def fail(reason: str, action: GuiAction | None = None) -> ParsedGuiAnswer:
         return ParsedGuiAnswer(action, False, reason, thought, thought_span, answer_span)
 
     if not answers:
         return fail("no <answer>...</answer> block")
-    data, error = _dictionary(answers[0].group(1))
+    data, error = _dictionary(text[slice(*answers[0])])
     if data is None:
         return fail(error or "unreadable answer")
     raw_action = data.get("action")

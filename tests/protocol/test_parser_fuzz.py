@@ -7,6 +7,7 @@ arbitrary text, each format gets answers with its own structure and hostile valu
 from __future__ import annotations
 
 import random
+import re
 import string
 
 import pytest
@@ -320,6 +321,12 @@ def test_espo_parser_reads_near_valid_answers_without_raising(text: str) -> None
     ):
         assert not (parsed.error or "").startswith("parse_failure"), parsed.error
         _check_espo(parsed, text)
+    # the blocks are what a lazy regex finds: the first of each is the span
+    for span, tag in ((parsed.thought_span, "think"), (parsed.answer_span, "answer")):
+        found = re.search(f"<{tag}>(.*?)</{tag}>", text, re.DOTALL)
+        assert span == (found.span(1) if found else None)
+        if parsed.valid:
+            assert len(re.findall(f"<{tag}>.*?</{tag}>", text, re.DOTALL)) == 1
 
 
 @BUDGET
