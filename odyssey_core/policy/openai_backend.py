@@ -310,10 +310,13 @@ class OpenAIPolicy(PolicyBackend):
         self, observation: Observation, params: GenerationParams, seed: int | None
     ) -> Generation:
         messages = self.messages(observation)
-        response = self._create_with_retries(messages, self.request_kwargs(params, seed))
+        response = self.create_with_retries(messages, self.request_kwargs(params, seed))
         return self._to_generation(response, observation)
 
-    def _create_with_retries(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+    def create_with_retries(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> Any:
+        """One ``chat.completions.create`` with this backend's retries (backoff,
+        ``Retry-After``, clear errors for 401 / 404), counted in ``metrics()``; the GTR
+        corrector sends its tool-calling requests through it."""
         import openai
 
         with self._lock:

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from odyssey_core.envs.cards import games
-from odyssey_core.recipes.gtr.alfworld_corrector import ALFWORLD_SYSTEM_PROMPT
+from odyssey_core.recipes.gtr.corrector.alfworld import ALFWORLD_SYSTEM_PROMPT
 
 __all__ = [
     "CARDS_SYSTEM_PROMPTS",

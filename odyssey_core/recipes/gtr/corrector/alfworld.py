@@ -21,7 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.recipes.gtr.corrector import Correction, Corrector, EpisodeMemory
+from odyssey_core.recipes.gtr.corrector.base import (
+    Correction,
+    Corrector,
+    EpisodeMemory,
+    verdict_text,
+)
 
 __all__ = ["ALFWORLD_SYSTEM_PROMPT", "AlfWorldCorrector", "next_subgoal"]
 
@@ -136,7 +141,7 @@ class AlfWorldCorrector(Corrector):
             f'"thoughts": {json.dumps(why)}'
         )
         correction = Correction(
-            evaluation="; ".join(parts) + f". Verdict: {'CORRECT' if agrees else 'INCORRECT'}.",
+            evaluation=verdict_text(parts, agrees),
             corrected_thought=corrected,
             solvable=solvable,
             agrees=agrees,
