@@ -124,7 +124,11 @@ def estimator(
 # -- building blocks ---------------------------------------------------------------------------
 
 
-def _check(rewards: torch.Tensor, episode_ids: torch.Tensor) -> None:
+def check_episode_rows(
+    rewards: torch.Tensor, episode_ids: torch.Tensor, unit: str = "episode"
+) -> None:
+    """The batch layout every estimator reads: 1-D ``rewards`` and ``episode_ids`` of one
+    length, the turns of each ``unit`` (an episode; ESPO's pseudo-episode) contiguous."""
     if rewards.ndim != 1 or episode_ids.shape != rewards.shape:
         raise ValueError(
             f"rewards and episode_ids must be 1-D of equal length, got {tuple(rewards.shape)} "
@@ -133,7 +137,7 @@ def _check(rewards: torch.Tensor, episode_ids: torch.Tensor) -> None:
     starts = torch.ones_like(episode_ids, dtype=torch.bool)
     starts[1:] = episode_ids[1:] != episode_ids[:-1]
     if torch.unique(episode_ids).numel() != int(starts.sum()):
-        raise ValueError("the turns of each episode must be contiguous in the batch")
+        raise ValueError(f"the turns of each {unit} must be contiguous in the batch")
 
 
 def population_std(x: torch.Tensor) -> torch.Tensor:
@@ -170,7 +174,7 @@ def _standardize(x: torch.Tensor) -> torch.Tensor:
 
 def ppo_critic(rewards, values, episode_ids, gamma):
     """A~_t = R_t - V(o_t);  A_t = A~_t / sigma(A~ over the batch)."""
-    _check(rewards, episode_ids)
+    check_episode_rows(rewards, episode_ids)
     if values is None:
         raise ValueError("ppo_critic needs the critic's values")
     returns = discounted_return_to_go(rewards, episode_ids, gamma)
@@ -186,7 +190,7 @@ def ppo_critic_pos(rewards, values, episode_ids, gamma):
     Fallback, in order: sigma over the whole batch's A~ (ppo_critic's normaliser), and when
     that has no spread either, no scaling. "No spread" is sigma <= NO_SPREAD * max |A~|.
     """
-    _check(rewards, episode_ids)
+    check_episode_rows(rewards, episode_ids)
     if values is None:
         raise ValueError("ppo_critic_pos needs the critic's values")
     returns = discounted_return_to_go(rewards, episode_ids, gamma)
@@ -206,7 +210,7 @@ def ppo_critic_pos(rewards, values, episode_ids, gamma):
 def grpo_outcome(rewards, values, episode_ids, gamma):
     """Every turn gets its trajectory's undiscounted total R_out (eq. 2), standardised over the
     trajectories of the batch, each trajectory counted once (eq. 3)."""
-    _check(rewards, episode_ids)
+    check_episode_rows(rewards, episode_ids)
     returns = discounted_return_to_go(rewards, episode_ids, gamma)
     _, inverse = torch.unique_consecutive(episode_ids, return_inverse=True)
     per_turn_outcome = episode_sums(rewards, episode_ids)
@@ -225,7 +229,7 @@ def grpo_outcome_pos(rewards, values, episode_ids, gamma):
 
 def grpo_process(rewards, values, episode_ids, gamma):
     """r~_t = (r_t - mean r) / sigma(r) over all turns; A_t = sum_{i>=t} r~_i (undiscounted)."""
-    _check(rewards, episode_ids)
+    check_episode_rows(rewards, episode_ids)
     returns = discounted_return_to_go(rewards, episode_ids, gamma)
     return discounted_return_to_go(_standardize(rewards), episode_ids, 1.0), returns
 
@@ -238,7 +242,7 @@ def grpo_process_pos(rewards, values, episode_ids, gamma):
 
 def reinforce_pp(rewards, values, episode_ids, gamma):
     """Turn-level Reinforce++: A_t = (R_t - mean R) / sigma(R) over all turns."""
-    _check(rewards, episode_ids)
+    check_episode_rows(rewards, episode_ids)
     returns = discounted_return_to_go(rewards, episode_ids, gamma)
     return _standardize(returns), returns
 
@@ -302,7 +306,7 @@ def gae(batch: AdvantageInputs, settings: AdvantageSettings) -> tuple[torch.Tens
     """
     rewards, values = batch.rewards.float(), batch.values
     assert values is not None
-    _check(rewards, batch.episode_ids)
+    check_episode_rows(rewards, batch.episode_ids)
     values = values.float()
     following = next_values(batch)
     delta = rewards + settings.gamma * following - values

@@ -45,8 +45,14 @@ a stage went wrong, or R_COUT cannot tell good GUI evidence from bad. With accur
 * ``signed`` (S = sum (2a - 1): +1 per right step, -1 per wrong one) lies in [-n, n]: five
   wrong search steps give sigma(-5) = 0.007, five right ones sigma(5) = 0.993.
 
-So ``signed`` is the only reading under which a gate can close at the paper's k = 1. A stage
-with no steps has S = 0 under every reading (gate 0.5: no evidence either way).
+So ``signed`` is the only reading under which a gate can close at the paper's k = 1.
+
+A stage with no steps (an episode that starts on its item pool, say) has no evidence, and the
+paper does not say what its gate is. The formula at S = 0 gives sigma(0) = 0.5 ("no evidence
+either way"); reading the gate as "the stage's steps were right" gives 1.0 (nothing went
+wrong: the intent term paid in full). It is one explicit setting, ``empty_stage_gate``
+(default 0.5, the formula's own value), that phi and psi both take for an empty stage under
+every accumulation and every k.
 """
 
 from __future__ import annotations
@@ -59,9 +65,15 @@ from pydantic import Field
 
 from odyssey_core.config import redefault
 from odyssey_core.envs.persona.episode import STAGES
-from odyssey_core.rl.advantages import AdvantageInputs, AdvantageSettings, estimator
+from odyssey_core.rl.advantages import (
+    AdvantageInputs,
+    AdvantageSettings,
+    check_episode_rows,
+    estimator,
+)
 
 __all__ = [
+    "EMPTY_STAGE_GATE",
     "EspoAdvantageSettings",
     "EspoInputs",
     "cout_reward",
@@ -76,6 +88,8 @@ __all__ = [
 Accumulation = Literal["signed", "centred_mean", "sum", "mean"]
 Combine = Literal["broadcast", "reward_sum"]
 StdKind = Literal["population", "sample"]
+#: the gate of a stage with no steps by default: sigma(0), the formula's value at S = 0
+EMPTY_STAGE_GATE = 0.5
 
 
 class EspoAdvantageSettings(AdvantageSettings):
@@ -109,6 +123,13 @@ class EspoAdvantageSettings(AdvantageSettings):
         default="sample", description="group-relative normalisation (EasyR1: sample std)"
     )
     eps: float = Field(default=1e-6, gt=0, description="EasyR1's GRPO epsilon")
+    empty_stage_gate: float = Field(
+        default=EMPTY_STAGE_GATE,
+        ge=0,
+        le=1,
+        description="phi / psi of a stage with no steps, under every accumulation (0.5: "
+        "sigma(0), no evidence either way; 1.0: nothing went wrong)",
+    )
 
 
 class EspoInputs(AdvantageInputs, Protocol):
@@ -139,8 +160,16 @@ def stage_sum(accuracies: Sequence[float] | torch.Tensor, accumulation: Accumula
     raise ValueError(f"unknown accumulation {accumulation!r}; one of {get_args(Accumulation)}")
 
 
-def gate(accuracies: Sequence[float] | torch.Tensor, k: float, accumulation: Accumulation) -> float:
-    """sigma(k * S) of one stage (phi for the search stage, psi for the recommend stage)."""
+def gate(
+    accuracies: Sequence[float] | torch.Tensor,
+    k: float,
+    accumulation: Accumulation,
+    empty: float = EMPTY_STAGE_GATE,
+) -> float:
+    """sigma(k * S) of one stage (phi for the search stage, psi for the recommend stage);
+    ``empty`` for a stage with no steps."""
+    if torch.as_tensor(accuracies).numel() == 0:
+        return float(empty)
     s = torch.tensor(k * stage_sum(accuracies, accumulation), dtype=torch.float64)
     return float(torch.sigmoid(s))
 
@@ -153,10 +182,11 @@ def cout_reward(
 ) -> float:
     """R_COUT = phi * Intent_acc + psi * Intent_acc, each term only where enabled."""
     reward = 0.0
+    options = (settings.k, settings.accumulation, settings.empty_stage_gate)
     if settings.use_phi:
-        reward += gate(search_accuracies, settings.k, settings.accumulation) * intent_acc
+        reward += gate(search_accuracies, *options) * intent_acc
     if settings.use_psi:
-        reward += gate(recommend_accuracies, settings.k, settings.accumulation) * intent_acc
+        reward += gate(recommend_accuracies, *options) * intent_acc
     return reward
 
 
@@ -179,16 +209,10 @@ def _group_layout(batch: AdvantageInputs) -> list[torch.Tensor]:
     time order. Checks that episodes are contiguous, lie inside one group and that the
     pseudo-episodes of a group have the same number of steps."""
     rewards, episode_ids, group_id = batch.rewards, batch.episode_ids, batch.group_id
-    if rewards.ndim != 1 or episode_ids.shape != rewards.shape:
-        raise ValueError(
-            f"rewards and episode_ids must be 1-D of equal length, got {tuple(rewards.shape)} "
-            f"and {tuple(episode_ids.shape)}"
-        )
+    check_episode_rows(rewards, episode_ids, unit="pseudo-episode")
     if group_id is None or group_id.shape != rewards.shape:
         raise ValueError("ESPO compares the samples of a step: group_id must be set per turn")
     ids, counts = torch.unique_consecutive(episode_ids, return_counts=True)
-    if torch.unique(ids).numel() != ids.numel():
-        raise ValueError("the turns of each pseudo-episode must be contiguous in the batch")
     episodes: dict[int, list[torch.Tensor]] = {}
     start = 0
     for episode, count in zip(ids.tolist(), counts.tolist(), strict=True):
