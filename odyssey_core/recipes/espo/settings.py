@@ -6,30 +6,31 @@ open is EasyR1's default (``examples/config.yaml`` and the actor config): G = 5 
 prompt at temperature 1.0 and top-p 0.99, lr 1e-6 with weight decay 1e-2, clip 0.2 / 0.3, a
 k3 ("low_var_kl") KL to the reference at 1e-2, gradient clip 1.0, one PPO epoch per batch.
 
-A preset may start with ``inherit: other.yaml``; the variants in ``configs/espo/variants/`` are
-overlays. Unknown keys are errors.
+A preset may start with ``inherit: other.yaml``; the paper's variants
+(``configs/espo/pipeline/variants/``) are overlays. Unknown keys are errors; a renamed key
+fails with its new name (:attr:`EspoSettings.renamed_keys`). The sections every recipe shares
+(``rollout``, ``advantage``, ``ppo``, ``launch``, ...) are
+:class:`~odyssey_core.rl.train_settings.TrainSettings`'s; the ``advantage:`` section is
+:class:`~odyssey_core.recipes.espo.advantages.EspoAdvantageSettings`, what the estimators read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from odyssey_core.config import StrictModel, load_preset
-from odyssey_core.launch import LaunchSettings
-from odyssey_core.models.lora import LoraSettings
+from odyssey_core.config import StrictModel, load_preset, redefault
 from odyssey_core.policy.base import GenerationParams
-from odyssey_core.policy.weight_sync import RolloutBackendSettings
-from odyssey_core.recipes.espo.advantages import Accumulation, Combine, StdKind
+from odyssey_core.recipes.espo.advantages import EspoAdvantageSettings
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
-from odyssey_core.rl.settings import ModelSettings
+from odyssey_core.rl.train_settings import PPOSettings, RolloutSettings, TrainSettings
 
 __all__ = [
-    "EspoAdvantageSection",
     "EspoDataSettings",
-    "EspoGRPOSettings",
+    "EspoPPOSettings",
     "EspoRolloutSettings",
     "EspoSettings",
     "load_espo_settings",
@@ -58,7 +59,7 @@ class EspoDataSettings(StrictModel):
     )
 
 
-class EspoRolloutSettings(StrictModel):
+class EspoRolloutSettings(RolloutSettings):
     """Teacher-forced sampling: every step prompt of a demonstrated episode, G times."""
 
     samples_per_step: int = Field(
@@ -69,11 +70,12 @@ class EspoRolloutSettings(StrictModel):
         ge=1,
         description="demonstrated episodes per training step (the paper: one episode per batch)",
     )
-    generation: GenerationParams = Field(
-        default=GenerationParams(temperature=1.0, top_p=0.99, max_new_tokens=160),
-        description="EasyR1's rollout sampling: temperature 1.0, top-p 0.99",
+    generation: GenerationParams = redefault(
+        RolloutSettings,
+        "generation",
+        GenerationParams(temperature=1.0, top_p=0.99, max_new_tokens=160),
+        "EasyR1's rollout sampling: temperature 1.0, top-p 0.99",
     )
-    score_micro_batch: int = Field(default=4, ge=1, description="turns per scoring forward")
     history_window: int | None = Field(
         default=None,
         ge=0,
@@ -81,87 +83,50 @@ class EspoRolloutSettings(StrictModel):
         "paper's prompt)",
     )
     rewards: StageRewardSettings = StageRewardSettings()
-    backend: RolloutBackendSettings = Field(
-        default=RolloutBackendSettings(),
-        description="the engine that samples: hf (the trainer's model), vllm (in-process, "
-        "colocated) or openai (a server: odyssey serve or vLLM); weights synced every update",
-    )
 
 
-class EspoAdvantageSection(StrictModel):
-    """How step rewards and the chain-of-user-thought reward become advantages: the
-    estimator's name and :class:`~odyssey_core.recipes.espo.advantages.EspoAdvantageSettings`'s
-    fields (eps keeps its default)."""
-
-    estimator: Literal["espo", "grpo_step"] = Field(
-        default="espo", description="espo: A_step + w * A_COUT; grpo_step: vanilla step GRPO"
-    )
-    k: float = Field(default=1.0, gt=0, description="the gates' temperature (paper: 1.0)")
-    w: float = Field(default=1.0, ge=0, description="the COUT advantage weight (paper: 1.0)")
-    accumulation: Accumulation = Field(
-        default="signed",
-        description="how a stage's step accuracies add up to S_gui / S_rec (see "
-        "recipes/espo/advantages.py: signed is the only reading whose gate can close at k=1)",
-    )
-    combine: Combine = Field(
-        default="broadcast",
-        description="broadcast: A_step + w * A_COUT; reward_sum: r + w * R_COUT, then "
-        "group-relative per step",
-    )
-    use_phi: bool = Field(default=True, description="false: the no-phi ablation")
-    use_psi: bool = Field(default=True, description="false: the no-psi ablation")
-    std: StdKind = Field(
-        default="sample", description="group-relative normalisation (EasyR1: sample std)"
-    )
-
-
-class EspoGRPOSettings(StrictModel):
+class EspoPPOSettings(PPOSettings):
     """GRPO's clipped surrogate with a k3 KL to the reference model (EasyR1's defaults)."""
 
-    clip_low: float = Field(default=0.2, gt=0, lt=1, description="EasyR1: clip_ratio_low 0.2")
-    clip_high: float = Field(default=0.3, gt=0, description="EasyR1: clip_ratio_high 0.3")
+    clip_low: float = redefault(PPOSettings, "clip_low", 0.2, "EasyR1: clip_ratio_low 0.2")
+    clip_high: float = redefault(PPOSettings, "clip_high", 0.3, "EasyR1: clip_ratio_high 0.3")
     kl_coef: float = Field(default=1e-2, ge=0, description="EasyR1: low_var_kl (k3), 1e-2")
-    lr: float = Field(default=1e-6, gt=0, description="EasyR1: 1e-6")
-    weight_decay: float = Field(default=1e-2, ge=0, description="EasyR1: 1e-2")
-    grad_clip: float = Field(default=1.0, gt=0, description="EasyR1: max_grad_norm 1.0")
-    ppo_epochs: int = Field(default=1, ge=1, description="EasyR1: ppo_epochs 1")
+    lr: float = redefault(PPOSettings, "lr", 1e-6, "EasyR1: 1e-6")
+    weight_decay: float = redefault(PPOSettings, "weight_decay", 1e-2, "EasyR1: 1e-2")
+    grad_clip: float = redefault(PPOSettings, "grad_clip", 1.0, "EasyR1: max_grad_norm 1.0")
+    epochs: int = redefault(PPOSettings, "epochs", 1, "EasyR1: ppo_epochs 1")
     sampler: Literal["episodes", "shuffled_turns"] = Field(
         default="episodes",
         description="episodes: ESPO's episodic batch sampler (whole episodes, time order kept, "
         "episodes shuffled); shuffled_turns: vanilla GRPO's shuffled steps",
     )
-    minibatch_size: int = Field(
-        default=1,
-        ge=1,
-        description="per optimiser step, in the sampler's unit: episodes (paper: one) or turns",
+    minibatch_size: int = redefault(
+        PPOSettings,
+        "minibatch_size",
+        1,
+        "per optimiser step, in the sampler's unit: episodes (paper: one) or turns",
     )
 
 
-class EspoSettings(StrictModel):
+class EspoSettings(TrainSettings):
     """Everything one ESPO run needs. Training steps = ``epochs`` x ceil(training episodes /
     ``rollout.episodes_per_step``), or ``steps`` when set."""
 
-    seed: int = 0
+    renamed_keys: ClassVar[Mapping[str, str]] = {
+        "grpo": "ppo",
+        "grpo.ppo_epochs": "ppo.epochs",
+    }
+
     epochs: int = Field(default=6, ge=1, description="passes over the training episodes (six)")
     steps: int | None = Field(
         default=None,
         ge=1,
         description="stop after this many training steps (null: epochs x steps per epoch)",
     )
-    checkpoint_every: int = Field(default=10, ge=1)
-    model: ModelSettings = ModelSettings()
-    lora: LoraSettings | None = Field(
-        default=None, description="null: full fine-tuning (EasyR1 trains the whole model)"
-    )
     data: EspoDataSettings = EspoDataSettings()
     rollout: EspoRolloutSettings = EspoRolloutSettings()
-    advantage: EspoAdvantageSection = EspoAdvantageSection()
-    grpo: EspoGRPOSettings = EspoGRPOSettings()
-    deepspeed: Path | None = Field(default=None, description="a ZeRO JSON, or null")
-    launch: LaunchSettings = Field(
-        default=LaunchSettings(),
-        description="processes and launcher of the pipeline's training stage (1: in-process)",
-    )
+    advantage: EspoAdvantageSettings = EspoAdvantageSettings()
+    ppo: EspoPPOSettings = EspoPPOSettings()
 
 
 def load_espo_settings(preset: str | Path, overrides: dict[str, Any] | None = None) -> EspoSettings:

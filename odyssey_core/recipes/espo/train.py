@@ -43,7 +43,6 @@ from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collaps
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.protocol.gui import parse_gui_answer
 from odyssey_core.protocol.parsing import ParsedResponse
-from odyssey_core.recipes.espo.advantages import EspoAdvantageSettings
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
@@ -203,25 +202,23 @@ class EpisodeSchedule(TrainerHook):
         return metrics
 
 
-def advantage_settings(s: EspoSettings) -> EspoAdvantageSettings:
-    """The estimator's settings: the preset's advantage section, less the estimator's name."""
-    return EspoAdvantageSettings(gamma=1.0, **s.advantage.model_dump(exclude={"estimator"}))
-
-
 def trainer_config(s: EspoSettings, steps: int) -> TrainerConfig:
-    g, r = s.grpo, s.rollout
+    g, r = s.ppo, s.rollout
     return TrainerConfig(
         budget=EpisodeBudget(r.episodes_per_step * r.samples_per_step),
         estimator=s.advantage.estimator,
-        advantage=advantage_settings(s),
+        advantage=s.advantage,
         objective="token_ppo",
         objective_settings=ObjectiveSettings(
-            eps_low=g.clip_low, eps_high=g.clip_high, kl_coef=g.kl_coef
+            eps_low=g.clip_low,
+            eps_high=g.clip_high,
+            kl_coef=g.kl_coef,
+            entropy_coef=g.entropy_coef,
         ),
         seed=s.seed,
         steps=steps,
         checkpoint_every=s.checkpoint_every,
-        epochs=g.ppo_epochs,
+        epochs=g.epochs,
         minibatch_size=g.minibatch_size,
         sampler=g.sampler,
         score_micro_batch=r.score_micro_batch,
@@ -274,9 +271,9 @@ def build_trainer(
     updater = build_updater(
         policy.model,
         UpdaterSettings(
-            lr=s.grpo.lr,
-            weight_decay=s.grpo.weight_decay,
-            grad_clip=s.grpo.grad_clip,
+            lr=s.ppo.lr,
+            weight_decay=s.ppo.weight_decay,
+            grad_clip=s.ppo.grad_clip,
             deepspeed=s.deepspeed,
             dtype=s.model.dtype,
             device=s.model.device,
@@ -286,7 +283,7 @@ def build_trainer(
         [e.episode_id for e in episodes], r.episodes_per_step, r.samples_per_step, s.seed
     )
     reference = None
-    if s.grpo.kl_coef > 0:  # the KL anchors the policy to the model the run started from
+    if s.ppo.kl_coef > 0:  # the KL anchors the policy to the model the run started from
         start = resolve_base_model(s.model, out)
         reference = build_reference(
             policy, r.generation.temperature, r.score_micro_batch, frozen_model=start
