@@ -48,7 +48,7 @@ def train_interleaved(
 ) -> tuple[dict[str, Path], dict[str, int]]:
     """Vanilla GRPO and ESPO one step each in turn until each has spent ``budget_s`` seconds
     of its own step time (CPU noise hits both alike)."""
-    more = {"grpo": {"lr": lr}}
+    more = {"ppo": {"lr": lr}}
     trainers = {
         name: build_trainer(variant_settings(name, start, data, seed, more), work / name)
         for name in METHODS[1:]
