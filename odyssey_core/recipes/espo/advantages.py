@@ -45,8 +45,14 @@ a stage went wrong, or R_COUT cannot tell good GUI evidence from bad. With accur
 * ``signed`` (S = sum (2a - 1): +1 per right step, -1 per wrong one) lies in [-n, n]: five
   wrong search steps give sigma(-5) = 0.007, five right ones sigma(5) = 0.993.
 
-So ``signed`` is the only reading under which a gate can close at the paper's k = 1. A stage
-with no steps has S = 0 under every reading (gate 0.5: no evidence either way).
+So ``signed`` is the only reading under which a gate can close at the paper's k = 1.
+
+A stage with no steps (an episode that starts on its item pool, say) has no evidence, and the
+paper does not say what its gate is. The formula at S = 0 gives sigma(0) = 0.5 ("no evidence
+either way"); reading the gate as "the stage's steps were right" gives 1.0 (nothing went
+wrong: the intent term paid in full). It is one explicit setting, ``empty_stage_gate``
+(default 0.5, the formula's own value), that phi and psi both take for an empty stage under
+every accumulation and every k.
 """
 
 from __future__ import annotations
@@ -67,6 +73,7 @@ from odyssey_core.rl.advantages import (
 )
 
 __all__ = [
+    "EMPTY_STAGE_GATE",
     "EspoAdvantageSettings",
     "EspoInputs",
     "cout_reward",
@@ -81,6 +88,8 @@ __all__ = [
 Accumulation = Literal["signed", "centred_mean", "sum", "mean"]
 Combine = Literal["broadcast", "reward_sum"]
 StdKind = Literal["population", "sample"]
+#: the gate of a stage with no steps by default: sigma(0), the formula's value at S = 0
+EMPTY_STAGE_GATE = 0.5
 
 
 class EspoAdvantageSettings(AdvantageSettings):
@@ -114,6 +123,13 @@ class EspoAdvantageSettings(AdvantageSettings):
         default="sample", description="group-relative normalisation (EasyR1: sample std)"
     )
     eps: float = Field(default=1e-6, gt=0, description="EasyR1's GRPO epsilon")
+    empty_stage_gate: float = Field(
+        default=EMPTY_STAGE_GATE,
+        ge=0,
+        le=1,
+        description="phi / psi of a stage with no steps, under every accumulation (0.5: "
+        "sigma(0), no evidence either way; 1.0: nothing went wrong)",
+    )
 
 
 class EspoInputs(AdvantageInputs, Protocol):
@@ -144,8 +160,16 @@ def stage_sum(accuracies: Sequence[float] | torch.Tensor, accumulation: Accumula
     raise ValueError(f"unknown accumulation {accumulation!r}; one of {get_args(Accumulation)}")
 
 
-def gate(accuracies: Sequence[float] | torch.Tensor, k: float, accumulation: Accumulation) -> float:
-    """sigma(k * S) of one stage (phi for the search stage, psi for the recommend stage)."""
+def gate(
+    accuracies: Sequence[float] | torch.Tensor,
+    k: float,
+    accumulation: Accumulation,
+    empty: float = EMPTY_STAGE_GATE,
+) -> float:
+    """sigma(k * S) of one stage (phi for the search stage, psi for the recommend stage);
+    ``empty`` for a stage with no steps."""
+    if torch.as_tensor(accuracies).numel() == 0:
+        return float(empty)
     s = torch.tensor(k * stage_sum(accuracies, accumulation), dtype=torch.float64)
     return float(torch.sigmoid(s))
 
@@ -158,10 +182,11 @@ def cout_reward(
 ) -> float:
     """R_COUT = phi * Intent_acc + psi * Intent_acc, each term only where enabled."""
     reward = 0.0
+    options = (settings.k, settings.accumulation, settings.empty_stage_gate)
     if settings.use_phi:
-        reward += gate(search_accuracies, settings.k, settings.accumulation) * intent_acc
+        reward += gate(search_accuracies, *options) * intent_acc
     if settings.use_psi:
-        reward += gate(recommend_accuracies, settings.k, settings.accumulation) * intent_acc
+        reward += gate(recommend_accuracies, *options) * intent_acc
     return reward
 
 
