@@ -42,6 +42,7 @@ from typing import Any, Literal
 import click
 from pydantic import Field, model_validator
 
+from odyssey_core.common.metrics_log import parse_metrics_line
 from odyssey_core.config import StrictModel
 
 __all__ = [
@@ -194,7 +195,9 @@ class MetricsFollower:
         for line in self._lines():
             if line not in self.seen:
                 self.seen.add(line)
-                self.on_metrics(json.loads(line))
+                record = parse_metrics_line(line)
+                if record is not None:  # a line a crash tore is not a measurement
+                    self.on_metrics(record)
 
 
 def launch_error(

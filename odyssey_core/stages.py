@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
 
 if TYPE_CHECKING:
@@ -442,7 +443,7 @@ def sft_here_or_launched(
         settings.launch,
         sft_args(preset, dataset.resolve(), Path(model).resolve(), out_dir.resolve(), prompts_file),
         emit=emit,
-        metrics_file=out_dir / "metrics.jsonl",
+        metrics_file=out_dir / METRICS_FILE,
         on_metrics=on_metrics,
     )
     return read_sft_result(out_dir)
@@ -463,7 +464,6 @@ def train_here_or_launched(
     in the last checkpoint; every rank's lines go to ``emit``, each step's metrics to
     ``on_step``)."""
     from odyssey_core.launch import LAUNCH_PRESET, run_training, train_args, write_preset
-    from odyssey_core.rl.trainer import METRICS_FILE
 
     if settings.launch.launched:
         preset = write_preset(settings, out_dir / LAUNCH_PRESET)

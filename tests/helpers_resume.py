@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from odyssey_core.common.run_folder import checkpoint_name
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -25,7 +27,7 @@ def kill_during_step_two(code: str, out_dir: Path, *args: object, timeout_s: flo
     pointer = out_dir / "checkpoints" / "latest"
     try:
         deadline = time.monotonic() + timeout_s
-        while not (pointer.is_file() and pointer.read_text().strip() == "step-000001"):
+        while not (pointer.is_file() and pointer.read_text().strip() == checkpoint_name(1)):
             assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
             assert time.monotonic() < deadline, "no step-1 checkpoint in time"
             time.sleep(0.01)
@@ -33,4 +35,4 @@ def kill_during_step_two(code: str, out_dir: Path, *args: object, timeout_s: flo
     finally:
         proc.kill()
         proc.wait()
-    assert not (out_dir / "checkpoints" / "step-000002").exists(), "killed too late"
+    assert not (out_dir / "checkpoints" / checkpoint_name(2)).exists(), "killed too late"

@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from helpers_dist import torchrun_command
 
 from odyssey_core.cli import main
+from odyssey_core.common.run_folder import checkpoint_name
 from odyssey_core.launch import (
     LaunchError,
     LaunchSettings,
@@ -185,9 +186,9 @@ def test_gtr_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_proc
         out = stage_gtr_train(cfg)
     streamed = [r.getMessage() for r in caplog.records if r.name.endswith("gtr.pipeline")]
     assert any(line.startswith("[default1]:") for line in streamed)  # rank 1's output
-    assert out["steps"] == 2 and out["checkpoint"] == "step-000002"
+    assert out["steps"] == 2 and out["checkpoint"] == checkpoint_name(2)
     train_dir = next((tmp_path / "run" / "train").glob("run-*"))
-    checkpoint = train_dir / "checkpoints" / "step-000002"
+    checkpoint = train_dir / "checkpoints" / checkpoint_name(2)
     assert (checkpoint / "trainer_state.rank-00001.pt").is_file()
     client = MlflowClient(cfg.mlflow_uri)
     experiment = client.get_experiment_by_name(cfg.experiment)

@@ -1,4 +1,4 @@
-"""Crash-safe RL checkpoints: ``<out>/checkpoints/step-XXXXXX/`` plus a ``latest`` pointer.
+"""Crash-safe RL checkpoints: ``<out>/checkpoints/step-XXXXXXXXX/`` plus a ``latest`` pointer.
 
 A checkpoint folder holds
 
@@ -15,8 +15,9 @@ A checkpoint folder holds
                         DeepSpeed run
     config.json         the run's settings
 
-Why it is crash-safe: everything is written into ``.tmp-step-XXXXXX`` and renamed to its final
-name only when complete, and ``latest`` (the name of the newest complete folder) is replaced
+Why it is crash-safe: everything is written into ``.tmp-step-XXXXXXXXX``, synced, and renamed
+to its final name only when complete (a re-save of a step swaps the new folder in for the old
+one in one rename), and ``latest`` (the name of the newest complete folder) is replaced
 atomically after that. With several ranks, rank 0 writes its own ``trainer_state.pt`` last,
 after a barrier and after checking that every other rank's shard is there: a folder that has
 it is complete. A run killed at any instant leaves ``latest`` naming a complete checkpoint;
@@ -46,6 +47,7 @@ from odyssey_core.common.checkpointing import (
     checkpoint_write_error,
     latest_checkpoint,
     point_latest,
+    publish_step_folder,
     restore_rng_state,
 )
 from odyssey_core.rl.distributed import World, barrier
@@ -136,9 +138,11 @@ def save_checkpoint(
             raise
         raise checkpoint_write_error(cause, out_dir, f"checkpoint {final.name}") from error
     if world.is_main:
-        if final.exists():  # a re-run of the same step after a resume overwrites it
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        try:  # a re-run of the same step (a fresh run in an old folder) replaces it
+            publish_step_folder(tmp, final)
+        except OSError as error:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise checkpoint_write_error(error, out_dir, f"checkpoint {final.name}") from error
         try:
             point_latest(out_dir, final)
         except OSError as error:  # the folder is complete; latest_checkpoint still finds it

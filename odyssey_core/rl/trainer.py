@@ -53,7 +53,6 @@ the step is one step of the whole world (:mod:`odyssey_core.rl.distributed`):
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -64,6 +63,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from odyssey_core.common.metrics_log import MetricsLog
 from odyssey_core.rl.advantages import ESTIMATORS, AdvantageSettings
 from odyssey_core.rl.checkpoint import (
     capture_rng_state,
@@ -95,7 +95,6 @@ from odyssey_core.rollout.collector import Budget, Collector, EpisodeBudget, Sta
 from odyssey_core.rollout.frames import take_frames
 
 __all__ = [
-    "METRICS_FILE",
     "ExtraLoss",
     "MetricsCallback",
     "Trainer",
@@ -107,7 +106,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 MetricsCallback = Callable[[int, dict[str, float]], None]
-METRICS_FILE = "metrics.jsonl"
 #: a deferred piece of an extra loss: called when its turn comes, it returns (loss, metrics);
 #: the loss is already scaled to its share of the minibatch's extra term
 ExtraLoss = Callable[[], tuple[torch.Tensor, dict[str, float]]]
@@ -245,6 +243,7 @@ class Trainer:
             raise ValueError(f"estimator {config.estimator!r} needs a value function")
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_log = MetricsLog(self.out_dir)
         self.hooks = list(hooks)
         names = [h.name for h in self.hooks]
         if len(set(names)) != len(names):
@@ -543,20 +542,16 @@ class Trainer:
     def _log(self, metrics: dict[str, float]) -> None:
         if not self.world.is_main:  # the metrics are already means over ranks
             return
-        with open(self.out_dir / METRICS_FILE, "a") as f:
-            f.write(json.dumps(metrics, sort_keys=True) + "\n")
+        self.metrics_log.append(metrics)
         for callback in self.callbacks:
             callback(self.step, metrics)
 
     def truncate_metrics(self) -> None:
         """Forget metric lines of steps after the checkpoint we resumed from (a killed run may
-        have logged a step it never checkpointed; it will be logged again)."""
-        path = self.out_dir / METRICS_FILE
-        if not self.world.is_main or not path.is_file():
-            return
-        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
-        kept = [ln for ln in lines if json.loads(ln).get("step", 0) <= self.step]
-        path.write_text("".join(ln + "\n" for ln in kept))
+        have logged a step it never checkpointed; it will be logged again) and any line a
+        crash or a full disk tore; the log is rewritten atomically."""
+        if self.world.is_main:
+            self.metrics_log.keep_through(self.step)
 
     # -- checkpoints ----------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ cross-entropy over every response token of the step (prompt and image tokens are
 :class:`~odyssey_core.sft.data.SFTCollator`). Then: gradient clipping, AdamW, and a cosine
 schedule with linear warm-up. Metrics go to ``out/metrics.jsonl`` and to any callbacks.
 
-Checkpoints are written every ``checkpoint_every`` steps to ``out/checkpoints/step-XXXXXX/``
-(staged in a temporary folder, then renamed, so a crash never leaves a half-written one) and
+Checkpoints are written every ``checkpoint_every`` steps to ``out/checkpoints/step-XXXXXXXXX/``
+(staged in a temporary folder, synced, then renamed, so a crash never leaves a half-written one) and
 ``out/checkpoints/latest`` names the newest. A checkpoint holds everything a resumed run
 needs to continue bit-for-bit: weights (or the LoRA adapter) with the processor, optimizer
 and scheduler state, the python/numpy/torch RNG states, the step and the position in the
@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 import shutil
 import time
@@ -47,12 +46,18 @@ import torch
 import torch.nn.functional as F
 
 from odyssey_core.common.checkpointing import (
+    CHECKPOINTS_DIR,
     STATE_FILE,
-    atomic_write_text,
     capture_rng_state,
+    checkpoint_name,
     latest_checkpoint,
+    point_latest,
+    publish_step_folder,
     restore_rng_state,
+    step_folders,
 )
+from odyssey_core.common.files import replace_folder
+from odyssey_core.common.metrics_log import MetricsLog
 from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.rl.checkpoint import WeightsOnlyCheckpointEngine, load_weights_only, shard_file
 from odyssey_core.rl.distributed import (
@@ -132,8 +137,9 @@ class SFTTrainer:
         self.model_dir = Path(model_dir)
         self.out = Path(out_dir)
         self.callbacks = list(callbacks)
-        self.ckpt_root = self.out / "checkpoints"
-        self.metrics_path = self.out / "metrics.jsonl"
+        self.ckpt_root = self.out / CHECKPOINTS_DIR
+        self.metrics_log = MetricsLog(self.out)
+        self.metrics_path = self.metrics_log.path
         if settings.deepspeed is not None:
             try:
                 import deepspeed  # noqa: F401
@@ -481,18 +487,15 @@ class SFTTrainer:
     def _emit(self, record: dict[str, Any]) -> None:
         if self.rank != 0:
             return
-        with open(self.metrics_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        self.metrics_log.append(record)
         for callback in self.callbacks:
             callback(record)
 
     def _trim_metrics(self) -> None:
-        # After a crash, drop records past the checkpoint we resumed from: they are redone.
-        if self.rank != 0 or not self.metrics_path.is_file():
-            return
-        lines = self.metrics_path.read_text().splitlines()
-        kept = [line for line in lines if line and json.loads(line).get("step", 0) <= self.step]
-        atomic_write_text(self.metrics_path, "".join(k + "\n" for k in kept))
+        # After a crash, drop records past the checkpoint we resumed from (they are redone)
+        # and any line the crash tore; the log is rewritten atomically.
+        if self.rank == 0:
+            self.metrics_log.keep_through(self.step)
 
     # ----------------------------------------------------------------------------- saving
     def _save_weights(self, folder: Path) -> None:
@@ -508,7 +511,7 @@ class SFTTrainer:
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/step-XXXXXX`` atomically, then point ``latest`` at it."""
-        name = f"step-{self.step:06d}"
+        name = checkpoint_name(self.step)
         final = self.ckpt_root / name
         staging = self.ckpt_root / f".tmp-{name}"
         if self.rank == 0:
@@ -534,7 +537,6 @@ class SFTTrainer:
     def _publish(self, staging: Path, final: Path, state: dict[str, Any]) -> None:
         """Rank 0: the weights, its state and the run's settings into ``staging``, then the
         rename and the ``latest`` pointer."""
-        name = final.name
         self._save_weights(staging)
         state["rng"] = capture_rng_state()
         torch.save(state, staging / STATE_FILE)
@@ -546,18 +548,15 @@ class SFTTrainer:
             "total_steps": self.total_steps,
         }
         (staging / "config.json").write_text(json.dumps(meta, indent=2))
-        if final.exists():  # left by a crash between the rename and the pointer update
-            shutil.rmtree(final)
-        os.rename(staging, final)
-        atomic_write_text(self.ckpt_root / "latest", name + "\n")
+        publish_step_folder(staging, final)  # a re-save of a step swaps, never removes first
+        point_latest(self.out, final)
         self._prune()
 
     def _prune(self) -> None:
         keep = self.settings.keep_checkpoints
         if keep is None:
             return
-        folders = sorted(p for p in self.ckpt_root.glob("step-*") if p.is_dir())
-        for old in folders[:-keep]:
+        for old in step_folders(self.ckpt_root)[:-keep]:
             shutil.rmtree(old, ignore_errors=True)
 
     def _load_state(self, checkpoint: Path) -> None:
@@ -582,13 +581,20 @@ class SFTTrainer:
         final = self.out / "final"
         if self.rank != 0:
             return final
-        shutil.rmtree(final, ignore_errors=True)
+        # Written beside it and swapped in whole: a crash never leaves a half-written final/
+        # that read_sft_result would take for a finished run.
+        staging = self.out / ".tmp-final"
+        shutil.rmtree(staging, ignore_errors=True)
         model = self.engine.module if self.engine is not None else self.model
-        if self.settings.lora is not None:
-            merge_and_save(model, final, self.processor)
-        else:
-            model.save_pretrained(final, safe_serialization=True)
-            self.processor.save_pretrained(final)
+        try:
+            if self.settings.lora is not None:
+                merge_and_save(model, staging, self.processor)
+            else:
+                model.save_pretrained(staging, safe_serialization=True)
+                self.processor.save_pretrained(staging)
+            replace_folder(staging, final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
         return final
 
 
@@ -600,9 +606,7 @@ def read_sft_result(out_dir: str | Path) -> SFTResult:
     if not (final / "config.json").is_file():
         raise FileNotFoundError(f"{out}: no finished SFT run (no {final}/config.json)")
     steps, train_loss, eval_loss = 0, None, None
-    path = out / "metrics.jsonl"
-    lines = path.read_text().splitlines() if path.is_file() else []
-    for record in (json.loads(line) for line in lines if line.strip()):
+    for record in MetricsLog(out).records():
         steps = max(steps, int(record.get("step", 0)))
         train_loss = record.get("loss", train_loss)
         eval_loss = record.get("eval_loss", eval_loss)

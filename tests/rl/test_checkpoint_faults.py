@@ -4,26 +4,25 @@ mount one, else writes that fail with ENOSPC at the file-write boundary)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import model_fixtures
 import pytest
 import torch
+from helpers_disk import enospc, fill, small_disk
 from safetensors.torch import load_file
 
 from odyssey_core.rl.checkpoint import (
     CheckpointWriteError,
+    checkpoint_name,
     latest_checkpoint,
     load_trainer_state,
     save_checkpoint,
@@ -73,7 +72,7 @@ for _ in range(200):  # bounded, and only the two newest checkpoints are kept
 def _check_complete(checkpoint: Path) -> int:
     state = load_trainer_state(checkpoint)
     step = state["step"]
-    assert checkpoint.name == f"step-{step:06d}"
+    assert checkpoint.name == checkpoint_name(step)
     assert torch.equal(state["optimizer"], torch.full((2_000_000,), float(step)))
     weights = load_file(str(checkpoint / "policy" / "model.safetensors"))["w"]
     assert torch.equal(weights, torch.full((4_000_000,), float(step)))
@@ -130,38 +129,6 @@ def test_sigkill_while_writing_checkpoints_leaves_latest_complete(tmp_path: Path
 # -- a full disk ---------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _small_disk(path: Path, size_mb: int) -> Iterator[bool]:
-    """A tmpfs of ``size_mb`` at ``path`` if this process may mount one (yields True), else
-    a plain folder (yields False: the caller makes writes fail with ENOSPC itself)."""
-    path.mkdir(parents=True, exist_ok=True)
-    mounted = False
-    if os.geteuid() == 0 and shutil.which("mount"):
-        result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size_mb}m", "tmpfs", str(path)],
-            capture_output=True,
-        )
-        mounted = result.returncode == 0
-    try:
-        yield mounted
-    finally:
-        if mounted:
-            subprocess.run(["umount", "-l", str(path)], check=False)
-
-
-def _fill(folder: Path, leave_bytes: int) -> Path:
-    """Fill the filesystem of ``folder`` until about ``leave_bytes`` are free."""
-    filler = folder / "filler.bin"
-    free = shutil.disk_usage(folder).free
-    with open(filler, "wb") as handle, contextlib.suppress(OSError):
-        handle.write(b"\0" * max(0, free - leave_bytes))
-    return filler
-
-
-def _enospc(*args, **kwargs):
-    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-
 @pytest.mark.slow
 def test_full_disk_during_a_checkpoint_stops_clearly_and_resumes(
     tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
@@ -173,17 +140,17 @@ def test_full_disk_during_a_checkpoint_stops_clearly_and_resumes(
 
     preset = odysseus_preset(tmp_path, tiny_model_dir, steps=2, checkpoint_every=1)
     disk = tmp_path / "disk"
-    with _small_disk(disk, 64) as real:
+    with small_disk(disk, 64) as real:
         out = disk / "run"
         trainer = build_trainer(load_train_settings(preset), out)
         trainer.train(steps=1)
         first = latest_checkpoint(out)
-        assert first is not None and first.name == "step-000001"
+        assert first is not None and first.name == checkpoint_name(1)
         before = {p: p.read_bytes() for p in first.rglob("*") if p.is_file()}
         if real:  # leave room for a metrics line, not for a checkpoint
-            filler = _fill(disk, leave_bytes=64 * 1024)
+            filler = fill(disk, leave_bytes=64 * 1024)
         else:
-            monkeypatch.setattr("odyssey_core.rl.checkpoint.torch.save", _enospc)
+            monkeypatch.setattr("odyssey_core.rl.checkpoint.torch.save", enospc)
         with pytest.raises(CheckpointWriteError) as info:
             trainer.train()
         trainer.close()
@@ -196,7 +163,7 @@ def test_full_disk_during_a_checkpoint_stops_clearly_and_resumes(
         assert latest_checkpoint(out) == first
         assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == before
         assert not list((out / "checkpoints").glob(".tmp-*"))
-        assert not (out / "checkpoints" / "step-000002").exists()
+        assert not (out / "checkpoints" / checkpoint_name(2)).exists()
 
         if real:
             filler.unlink()
@@ -206,7 +173,7 @@ def test_full_disk_during_a_checkpoint_stops_clearly_and_resumes(
         assert resumed.step == 1
         resumed.train()
         resumed.close()
-        assert latest_checkpoint(out).name == "step-000002"
+        assert latest_checkpoint(out).name == checkpoint_name(2)
         assert load_trainer_state(latest_checkpoint(out))["step"] == 2
 
 
@@ -224,15 +191,15 @@ def test_full_disk_mid_checkpoint_keeps_the_previous_one(
         def save_pretrained(self, folder):
             (Path(folder) / "processor.json").write_text("{}")
 
-    with _small_disk(tmp_path / "disk", 8) as real:
+    with small_disk(tmp_path / "disk", 8) as real:
         out = tmp_path / "disk" / "run"
         first = save_checkpoint(
             out, 1, model=Model(), processor=Processor(), trainer_state={"step": 1}, config={}
         )
         if real:
-            filler = _fill(tmp_path / "disk", leave_bytes=256 * 1024)
+            filler = fill(tmp_path / "disk", leave_bytes=256 * 1024)
         else:
-            monkeypatch.setattr("odyssey_core.rl.checkpoint.torch.save", _enospc)
+            monkeypatch.setattr("odyssey_core.rl.checkpoint.torch.save", enospc)
         with pytest.raises(CheckpointWriteError, match="disk is full") as info:
             save_checkpoint(
                 out, 2, model=Model(), processor=Processor(), trainer_state={"step": 2}, config={}
@@ -271,13 +238,13 @@ def test_full_disk_during_an_artifact_upload(
     big_file = tmp_path / "src" / "big.bin"
     big_file.write_bytes(b"c" * 3_000_000)
 
-    with _small_disk(tmp_path / "disk", 8) as real:
+    with small_disk(tmp_path / "disk", 8) as real:
         store = LocalArtifactStore(tmp_path / "disk" / "store")
         published = store.put_dir(small, "models/small")
         if real:
-            filler = _fill(tmp_path / "disk", leave_bytes=512 * 1024)
+            filler = fill(tmp_path / "disk", leave_bytes=512 * 1024)
         else:
-            monkeypatch.setattr(LocalArtifactStore, "_upload", _enospc)
+            monkeypatch.setattr(LocalArtifactStore, "_upload", enospc)
 
         with pytest.raises(ArtifactWriteError) as info:
             store.put_dir(big, "models/big")

@@ -33,7 +33,7 @@ from odyssey_core.launch import (
 )
 from odyssey_core.recipes.odysseus.settings import load_train_settings
 from odyssey_core.recipes.odysseus.train import build_trainer
-from odyssey_core.rl.checkpoint import load_trainer_state
+from odyssey_core.rl.checkpoint import checkpoint_name, load_trainer_state
 
 tiny_model_dir = model_fixtures.tiny_model_dir
 STEPS = 3
@@ -138,7 +138,7 @@ def test_a_two_rank_step_equals_a_one_rank_step_on_the_union(
 def _kill_rank_after_first_checkpoint(out: Path, rank: int, timeout_s: float = 240) -> None:
     pointer = out / "checkpoints" / "latest"
     deadline = time.monotonic() + timeout_s
-    while not (pointer.is_file() and pointer.read_text().strip() == "step-000001"):
+    while not (pointer.is_file() and pointer.read_text().strip() == checkpoint_name(1)):
         assert time.monotonic() < deadline, "no step-1 checkpoint in time"
         time.sleep(0.01)
     pid = rank_pid(out, rank)
@@ -174,11 +174,11 @@ def test_sigkill_of_one_rank_fails_the_launch_and_resume_reaches_the_same_weight
     error = failure[0]
     assert error.rank == 1 and error.exitcode == -signal.SIGKILL
     assert "rank 1 exited with exit code -9 (SIGKILL)" in str(error)
-    assert not (out / "checkpoints" / "step-000002").exists(), "killed too late"
+    assert not (out / "checkpoints" / checkpoint_name(2)).exists(), "killed too late"
 
     run_launcher(cmd, emit=lines.append, env=env, cwd=REPO)  # the same command resumes
-    reference = two_ranks["folder"] / "run" / "checkpoints" / f"step-{STEPS:06d}"
-    resumed = out / "checkpoints" / f"step-{STEPS:06d}"
+    reference = two_ranks["folder"] / "run" / "checkpoints" / checkpoint_name(STEPS)
+    resumed = out / "checkpoints" / checkpoint_name(STEPS)
     expected = load_file(reference / "policy" / "model.safetensors")
     got = load_file(resumed / "policy" / "model.safetensors")
     assert all(torch.equal(expected[k], got[k]) for k in expected)

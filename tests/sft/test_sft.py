@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from bench.sft_tiny import build_odland_dataset, mcnemar_exact_p
+from odyssey_core.common.run_folder import checkpoint_name, checkpoint_step
 from odyssey_core.envs.base import Observation
 from odyssey_core.policy.hf import END_OF_TURN
 from odyssey_core.sft.data import (
@@ -149,7 +150,7 @@ def test_loss_decreases_and_eval_is_reported(
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged == records
     assert (result.final_dir / "model.safetensors").is_file()
-    assert latest_checkpoint(tmp_path).name == "step-000024"
+    assert latest_checkpoint(tmp_path).name == checkpoint_name(24)
 
 
 RUN_SCRIPT = """
@@ -184,7 +185,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(
     try:
         deadline = time.monotonic() + 120
         pointer = killed / "checkpoints" / "latest"
-        while not (pointer.is_file() and pointer.read_text().strip() >= "step-000002"):
+        while not (pointer.is_file() and (checkpoint_step(pointer.read_text().strip()) or 0) >= 2):
             assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
             assert time.monotonic() < deadline, "no checkpoint step-2 in time"
             time.sleep(0.02)
@@ -194,7 +195,7 @@ def test_killed_and_resumed_run_matches_uninterrupted(
         if proc.poll() is None:
             proc.kill()
     at_kill = latest_checkpoint(killed)
-    assert at_kill is not None and at_kill.name < "step-000008"  # it really was interrupted
+    assert at_kill is not None and checkpoint_step(at_kill.name) < 8  # it really was interrupted
 
     resumed = SFTTrainer(settings, sft_dataset, tiny_model_dir, killed, resume=True)
     assert resumed.step == int(at_kill.name.split("-")[1]) >= 2

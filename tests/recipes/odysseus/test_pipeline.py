@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from odyssey_core.common.run_folder import checkpoint_name
 from odyssey_core.recipes.odysseus import pipeline
 from odyssey_core.recipes.odysseus.pipeline import (
     CURATE_STAGES,
@@ -172,7 +173,7 @@ def test_stages_end_to_end_then_skip(tmp_path: Path) -> None:
     sft_again = stage_sft(cfg, first["curate"]["dataset_uri"])
     assert sft_again["model_uri"] == first["sft"]["model_uri"]
     old_checkpoint = store.read_manifest(store.key_for(first["rl"]["checkpoint_uri"]))
-    state = cfg.run_dir / "rl" / "train" / "checkpoints" / "step-000001" / "trainer_state.pt"
+    state = cfg.run_dir / "rl" / "train" / "checkpoints" / checkpoint_name(1) / "trainer_state.pt"
     old_state = state.stat().st_mtime_ns
     rl_again = stage_rl(cfg, sft_again["model_uri"])
     assert rl_again["checkpoint_uri"] != first["rl"]["checkpoint_uri"]

@@ -16,7 +16,12 @@ from odyssey_core.models.loading import load_model
 from odyssey_core.recipes.odysseus.settings import ODYSSEUS_ESTIMATORS, load_train_settings
 from odyssey_core.recipes.odysseus.train import build_trainer
 from odyssey_core.rl.advantages import ESTIMATORS
-from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint
+from odyssey_core.rl.checkpoint import (
+    checkpoint_name,
+    latest_checkpoint,
+    load_trainer_state,
+    save_checkpoint,
+)
 from odyssey_core.rl.trainer import Trainer
 
 tiny_model_dir = model_fixtures.tiny_model_dir
@@ -98,14 +103,14 @@ def test_latest_points_at_complete_checkpoints_only(tmp_path: Path) -> None:
     save_checkpoint(
         tmp_path, 1, model=_Saveable(), processor=_Saveable(), trainer_state=state, config={}
     )
-    half = tmp_path / "checkpoints" / ".tmp-step-000002"  # as if killed while saving step 2
+    half = tmp_path / "checkpoints" / f".tmp-{checkpoint_name(2)}"  # killed while saving step 2
     half.mkdir()
-    assert latest_checkpoint(tmp_path).name == "step-000001"
+    assert latest_checkpoint(tmp_path).name == checkpoint_name(1)
     assert load_trainer_state(latest_checkpoint(tmp_path))["step"] == 1
     save_checkpoint(
         tmp_path, 2, model=_Saveable(), processor=_Saveable(), trainer_state=state, config={}
     )
-    assert latest_checkpoint(tmp_path).name == "step-000002" and not half.exists()
+    assert latest_checkpoint(tmp_path).name == checkpoint_name(2) and not half.exists()
 
 
 # -- the training step and exact resume ----------------------------------------------------------
