@@ -642,7 +642,9 @@ def run_espo(run: FidelityRun) -> FidelityReport:
         "near zero on EleAcc / Step SR; the table's SFT-only row shows where this one stands.",
         "The paper's no-COUT comparison is on training-reward curves; ours is judged on "
         "held-out Step SR (the curve is in the figures).",
-        "The trivial baselines (always yes / no, first item, coin) give the RecAcc floor.",
+        "The label-only baselines (always yes / no, first item, random) answer every step: "
+        "their rows are each metric's floor (about 0 on the GUI metrics, the label shares on "
+        "RecAcc); the oracle (the demonstration) is the ceiling.",
         "When two variants score exactly the same on every seed (e.g. both 0), the ordering "
         "test cannot tell: a measure at its floor has no power to show a gap.",
     ]
