@@ -105,6 +105,21 @@ class GameBoyEnvConfig(StrictModel):
         le=99,
         description="odland only: lives at the level start (None: the game's 3)",
     )
+    timer_div: int | Literal["seed"] = Field(
+        default="seed",
+        description="the DIV timer register at each level start, which games read as their "
+        "randomness: 'seed' draws it from the episode seed (the release draws it at every "
+        "reset), or a fixed 0..255 for byte-identical starts",
+    )
+
+    @model_validator(mode="after")
+    def _timer_div_is_a_byte(self) -> GameBoyEnvConfig:
+        if self.timer_div != "seed" and not 0 <= self.timer_div <= 255:
+            raise ValueError(
+                f"env.timer_div is a byte (0..255) or 'seed', got {self.timer_div}; "
+                "use 'seed' to draw it from the episode seed"
+            )
+        return self
 
 
 class OdysseyConfig(StrictModel):

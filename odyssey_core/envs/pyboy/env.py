@@ -6,6 +6,11 @@ more frame, the last of which is rendered as the next observation. The reward is
 ``reward_scale`` (10) times the progress gained on a turn where no life is lost, 0 on a turn
 that loses one; the episode terminates on a death or at the goal, and is truncated after
 ``max_turns`` turns.
+
+Every level start sets the DIV timer register (``timer_div``), which games read as their
+randomness: drawn from the episode seed by default, so the same seed gives a byte-identical
+start and different seeds start the game's own randomness differently; or a fixed byte. The
+cached level start is made once, before the draw, so caching never fixes the DIV.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from odyssey_core.protocol import (
 
 SCREEN_SHAPE = (144, 160, 3)
 LCDC = 0xFF40  # LCD control register; bit 7 = display on
+DIV = 0xFF04  # the divider timer register, which games read as a source of randomness
 LCD_WARMUP_FRAMES = 60
 _STATE_MAGIC = b"ODYSSEY-GBSTATE1"
 
@@ -52,6 +58,21 @@ def new_emulator(rom_path: str) -> PyBoy:
             pyboy.tick(1, True)
             break
     return pyboy
+
+
+def set_timer_div(pyboy: PyBoy, value: int) -> None:
+    """Set the DIV timer register (0xFF04) to ``value`` and keep its sub-step counter.
+
+    A write to 0xFF04 from the bus resets DIV to 0 on the hardware, so the value goes in
+    through PyBoy's game-wrapper hook, the one PyBoy offers for this."""
+    if not 0 <= value <= 255:
+        raise ValueError(f"DIV is one byte (0..255), got {value}")
+    pyboy.game_wrapper._set_timer_div(value)
+
+
+def timer_div(pyboy: PyBoy) -> int:
+    """The DIV timer register as the game reads it."""
+    return pyboy.memory[DIV]
 
 
 def emulator_state(pyboy: PyBoy) -> bytes:
@@ -138,6 +159,13 @@ class GameBoyEnv(TurnEnv):
                 scratch.stop(save=False)
         return self._level_starts[level]
 
+    def _start_timer_div(self) -> int:
+        """This episode's DIV: drawn from the generator ``reset(seed=...)`` just seeded, or
+        the configured byte."""
+        if self.config.timer_div == "seed":
+            return int(self.np_random.integers(0, 256))
+        return self.config.timer_div
+
     def _set_start_lives(self, pyboy: PyBoy, lives: int) -> None:
         setter = getattr(self.game, "set_lives", None)
         if setter is None:
@@ -159,7 +187,8 @@ class GameBoyEnv(TurnEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Observation, dict[str, Any]]:
-        """Start an episode at the level start, or from ``options["state"]`` (bytes).
+        """Start an episode at the level start (its DIV as ``config.timer_div`` says), or from
+        ``options["state"]`` (bytes, restored as they are).
 
         ``options["level"]`` switches the level for this and later episodes.
         """
@@ -169,7 +198,11 @@ class GameBoyEnv(TurnEnv):
             self.level = self.game.check_level(options["level"])
             self.env_id = f"{self.game.name}-{self.level}"
         state = options.get("state")
-        meta = self._restore(state if state is not None else self._level_start_state(self.level))
+        if state is not None:  # a given state carries its own DIV and continues as it is
+            meta = self._restore(state)
+        else:
+            meta = self._restore(self._level_start_state(self.level))
+            set_timer_div(self.pyboy, self._start_timer_div())
         if "level" in meta and meta["level"] in self.game.levels:
             self.level = meta["level"]
         self._turn = 0

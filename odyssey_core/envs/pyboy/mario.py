@@ -136,22 +136,18 @@ class SuperMarioLand(GameBoyGame):
     def __init__(
         self,
         rom_path: str | Path | None = None,
-        timer_div: int = 0,
         max_progress: Mapping[str, int] | None = None,
     ) -> None:
         self._rom_path = resolve_rom_path(rom_path)
-        # A fixed DIV keeps the game's randomness, and so every rollout, reproducible.
-        self.timer_div = timer_div
         self._max_progress = dict(PAPER_MAX_PROGRESS if max_progress is None else max_progress)
 
     def rom_path(self) -> Path:
         return validate_rom(self._rom_path, expected_title=ROM_TITLE, what="Super Mario Land").path
 
     def start_level(self, pyboy: PyBoy, level: str) -> None:
-        wrapper = pyboy.game_wrapper
-        wrapper.start_game(
-            timer_div=self.timer_div, world_level=world_level(self.check_level(level))
-        )
+        # The menus are driven with DIV 0, so the cached level start is one fixed state; the
+        # env sets each episode's DIV on it (``GameBoyEnvConfig.timer_div``).
+        pyboy.game_wrapper.start_game(timer_div=0, world_level=world_level(self.check_level(level)))
 
     def set_lives(self, pyboy: PyBoy, lives: int) -> None:
         value = to_bcd(lives)
