@@ -272,12 +272,9 @@ def methods(sizes: GTRSizes, seed: int, environ: Mapping[str, str]) -> tuple[lis
 
 
 def _base_model(run: FidelityRun) -> Path:
-    from odyssey_core.models.tiny import build_tiny_model
+    from odyssey_core.models.tiny import ensure_tiny_model
 
-    folder = run.work_dir / "tiny-base"
-    if not (folder / "config.json").is_file():
-        build_tiny_model(folder, seed=0)
-    return folder
+    return ensure_tiny_model(run.work_dir / "tiny-base", seed=0)
 
 
 def _curve(history: list[dict[str, float]]) -> dict[str, list[float]]:

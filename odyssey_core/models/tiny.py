@@ -8,15 +8,25 @@ sampling, scoring, LoRA) is exercised without a download or a GPU.
 The tokenizer is a byte-level BPE trained here, on the project's own prompt and answer text,
 with the same pre-tokenizer as Qwen's and the Qwen-VL special tokens, so token ids are few
 (the embedding table stays small) while chat prompts look like a real model's.
+
+The folder is built beside its target under a temporary name and renamed into place when
+complete, with :data:`BUILD_MARKER` written last: a folder without the marker (a build killed
+part-way, by a signal or a full disk, or one written in place by an older version) is partial
+and :func:`ensure_tiny_model` builds it again; ``config.json`` alone proves nothing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import shutil
+import socket
 from pathlib import Path
 from typing import Any
 
+from odyssey_core.common.files import atomic_write, replace_folder
 from odyssey_core.protocol import (
     GAMEBOY_SPACE,
     build_turn_text,
@@ -25,12 +35,18 @@ from odyssey_core.protocol import (
 )
 
 __all__ = [
+    "BUILD_MARKER",
     "CHAT_TEMPLATE",
     "SPECIAL_TOKENS",
     "build_tiny_model",
     "build_tiny_tokenizer",
+    "ensure_tiny_model",
+    "tiny_model_built",
     "training_corpus",
 ]
+
+#: written last into a tiny model folder, with the build's arguments: the folder is complete
+BUILD_MARKER = "odyssey_tiny_build.json"
 
 # The Qwen-VL control tokens. Their ids come first in the tiny vocabulary (0..13); the model
 # config and the processor look them up by name, so the exact ids do not matter.
@@ -252,6 +268,10 @@ def build_tiny_model(
 ) -> Path:
     """Write a tiny random Qwen3-VL checkpoint (weights, config, processor) to ``out_dir``.
 
+    Built beside ``out_dir`` under a temporary name, :data:`BUILD_MARKER` written last, then
+    swapped in for whatever ``out_dir`` held (nothing, an empty folder, a partial or complete
+    tiny model; any other non-empty folder is refused), so ``out_dir`` is never seen partial.
+
     Deterministic: the same ``seed`` gives byte-identical tokenizer files and identical
     weights. Returns the folder, which :func:`odyssey_core.models.load_model` and
     :func:`odyssey_core.models.load_processor` accept like any real checkpoint. Its processor
@@ -265,13 +285,98 @@ def build_tiny_model(
     output varies across odland frames by ~2% of its norm, the zero-mean one's by ~4%, which
     is what lets a frozen random tower tell frames apart (see bench/RESULTS.md, SFT).
     """
+    out = Path(out_dir).absolute()
+    if _holds_other_files(out):
+        raise FileExistsError(
+            f"{out} exists and holds files that are not a tiny model; building would replace "
+            "them: pass a new or empty folder"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_dead_partials(out)
+    staging = out.parent / f".{out.name}.partial-{socket.gethostname()}-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        staging.mkdir()
+        _write_tiny_model(staging, seed, zero_mean_patches)
+        build = _build_record(seed, zero_mean_patches)
+        atomic_write(staging / BUILD_MARKER, json.dumps(build, indent=1, sort_keys=True))
+        if not tiny_model_built(out, seed, zero_mean_patches=zero_mean_patches):
+            replace_folder(staging, out)  # another process may have just built the same one
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return Path(out_dir)
+
+
+def tiny_model_built(
+    folder: str | Path, seed: int | None = None, *, zero_mean_patches: bool | None = None
+) -> bool:
+    """Whether ``folder`` holds a complete tiny model (its :data:`BUILD_MARKER`), built with
+    ``seed`` and ``zero_mean_patches`` where they are given."""
+    marker = Path(folder) / BUILD_MARKER
+    try:
+        build = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(build, dict):
+        return False
+    return (seed is None or build.get("seed") == seed) and (
+        zero_mean_patches is None or build.get("zero_mean_patches") == zero_mean_patches
+    )
+
+
+def ensure_tiny_model(
+    out_dir: str | Path, seed: int = 0, *, zero_mean_patches: bool = False
+) -> Path:
+    """``out_dir`` holding the tiny model of ``seed``: kept when it is complete and built with
+    these arguments, built (again) otherwise, e.g. after a build was killed part-way."""
+    out = Path(out_dir)
+    if tiny_model_built(out, seed, zero_mean_patches=zero_mean_patches):
+        return out
+    return build_tiny_model(out, seed, zero_mean_patches=zero_mean_patches)
+
+
+def _build_record(seed: int, zero_mean_patches: bool) -> dict[str, Any]:
+    return {"builder": __name__, "seed": seed, "zero_mean_patches": zero_mean_patches}
+
+
+def _holds_other_files(out: Path) -> bool:
+    """A non-empty folder that is no tiny model, complete or partial (a partial one written
+    in place has ``config.json``): a folder a build must not replace."""
+    if not out.is_dir():
+        return out.exists()
+    if not any(out.iterdir()):
+        return False
+    return not ((out / BUILD_MARKER).is_file() or (out / "config.json").is_file())
+
+
+def _remove_dead_partials(out: Path) -> None:
+    """Remove the temporary folders of builds of ``out`` killed on this host."""
+    pattern = re.compile(
+        rf"^\.{re.escape(out.name)}\.partial-{re.escape(socket.gethostname())}-(\d+)"
+    )
+    for leftover in out.parent.glob(f".{out.name}.partial-*"):
+        match = pattern.match(leftover.name)
+        if match is not None and not _alive(int(match.group(1))):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def _write_tiny_model(folder: Path, seed: int, zero_mean_patches: bool) -> None:
     import torch
     from transformers import GenerationConfig, Qwen3VLForConditionalGeneration
 
     from odyssey_core.models.processor import OdysseyVLProcessor, make_image_processor
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
 
     tokenizer = build_tiny_tokenizer(seed=seed)
     config = tiny_config(tokenizer)
@@ -291,7 +396,7 @@ def build_tiny_model(
         temperature=1.0,
         top_p=1.0,
     )
-    model.save_pretrained(out, safe_serialization=True)
+    model.save_pretrained(folder, safe_serialization=True)
 
     image_processor = make_image_processor(
         patch_size=TINY_PATCH_SIZE,
@@ -302,5 +407,4 @@ def build_tiny_model(
     processor = OdysseyVLProcessor(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=CHAT_TEMPLATE
     )
-    processor.save_pretrained(out)
-    return out
+    processor.save_pretrained(folder)

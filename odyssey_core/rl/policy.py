@@ -12,7 +12,7 @@ import torch
 
 from odyssey_core.models.loading import load_model, load_processor
 from odyssey_core.models.lora import LoraSettings, apply_lora, load_adapter
-from odyssey_core.models.tiny import build_tiny_model
+from odyssey_core.models.tiny import ensure_tiny_model
 from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.rl.checkpoint import policy_dir
 from odyssey_core.rl.settings import ModelSettings
@@ -34,13 +34,12 @@ BASE_MODEL_DIR = "base-model"
 
 
 def resolve_base_model(model: ModelSettings, out_dir: Path) -> Path:
-    """The base checkpoint; with ``model.path: null`` a tiny Qwen3-VL is built into the run."""
+    """The base checkpoint; with ``model.path: null`` a tiny Qwen3-VL is built into the run
+    (again, when a build was killed part-way)."""
     if model.path is not None:
         return Path(model.path)
-    path = Path(out_dir) / BASE_MODEL_DIR
-    if not (path / "config.json").is_file():
-        build_tiny_model(path, seed=0)  # fixed seed: the same tiny model for every run
-    return path
+    # fixed seed: the same tiny model for every run
+    return ensure_tiny_model(Path(out_dir) / BASE_MODEL_DIR, seed=0)
 
 
 def build_policy(

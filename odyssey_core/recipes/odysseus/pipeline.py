@@ -573,11 +573,9 @@ def stage_sft(
         if cfg.sft.base_model is not None:
             base = Path(cfg.sft.base_model)
         else:
-            base = ctx.work / "base-model"
-            if not (base / "config.json").is_file():
-                from odyssey_core.models.tiny import build_tiny_model
+            from odyssey_core.models.tiny import ensure_tiny_model
 
-                build_tiny_model(base, seed=0)
+            base = ensure_tiny_model(ctx.work / "base-model", seed=0)
 
         bar = step_bar("sft")
 

@@ -1,6 +1,8 @@
 """Thought correctors for GTR: judge the agent's thought each step and write a better one.
 
-Correctors share one interface (:class:`Corrector`):
+Correctors share one interface (:class:`Corrector`); those that judge each step themselves
+implement :meth:`JudgingCorrector.judge` and share the counting and the keeping of a thought
+judged right:
 
 * ``openai`` (the paper's: GPT-4o with a 24-solver tool, temperature 0.4, 600 tokens, GTR
   Table 2 and App. C) asks any OpenAI-compatible VLM, given the frame, the current formula,
@@ -41,6 +43,8 @@ from odyssey_core.recipes.gtr.corrector.base import (
     Correction,
     Corrector,
     EpisodeMemory,
+    JudgingCorrector,
+    StepToCorrect,
     claimed_cards,
     claimed_formula,
     rank_of,
@@ -84,12 +88,14 @@ __all__ = [
     "Corrector",
     "CorrectorConfigError",
     "EpisodeMemory",
+    "JudgingCorrector",
     "NoArguments",
     "NoisyCorrectorSettings",
     "NoisyProgrammaticCorrector",
     "OpenAICorrector",
     "OpenAICorrectorSettings",
     "ProgrammaticCorrector",
+    "StepToCorrect",
     "basic_strategy",
     "build_corrector",
     "check_corrector",

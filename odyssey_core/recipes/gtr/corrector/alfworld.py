@@ -20,11 +20,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from odyssey_core.envs.base import Observation
 from odyssey_core.recipes.gtr.corrector.base import (
     Correction,
-    Corrector,
     EpisodeMemory,
+    JudgingCorrector,
+    StepToCorrect,
     verdict_text,
 )
 
@@ -63,24 +63,16 @@ def next_subgoal(info: Mapping[str, Any]) -> str:
     return str(info.get("task", "finish the task"))
 
 
-class AlfWorldCorrector(Corrector):
+class AlfWorldCorrector(JudgingCorrector):
     """Ground-truth corrections for ALFWorld from the env's info and the planner's plan."""
 
     source = "alfworld_programmatic"
     oracle = True  # reads the env's state and the planner's plan
 
-    def correct(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        memory: EpisodeMemory | None = None,
-    ) -> Correction:
+    def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        thought, action, info = step.thought, step.action, step.info
         if info.get("game") != "alfworld":
             raise ValueError(f"the ALFWorld corrector does not know the game {info.get('game')!r}")
-        self._counts["corrections"] += 1
-        thought = thought or ""
         facing = [str(f) for f in info.get("facing", ())]
         holding = [str(h) for h in info.get("holding", ())]
         plan = [str(step) for step in info.get("expert_plan", ())]
@@ -124,7 +116,6 @@ class AlfWorldCorrector(Corrector):
         # correct = every question answered, and right (an undescribed scene is not correct)
         agrees = all(check is True for check in (location_ok, holding_ok, subgoal_ok))
         agrees = agrees and bool(action_ok) and solvable
-        self._counts["agreements" if agrees else "disagreements"] += 1
 
         where = ", ".join(facing) if facing else _MIDDLE
         held = ", ".join(holding) if holding else "nothing"
@@ -140,7 +131,7 @@ class AlfWorldCorrector(Corrector):
             f'"location": "{where}", "holding": "{held}", "subgoal": "{subgoal}", '
             f'"thoughts": {json.dumps(why)}'
         )
-        correction = Correction(
+        return Correction(
             evaluation=verdict_text(parts, agrees),
             corrected_thought=corrected,
             solvable=solvable,
@@ -154,4 +145,3 @@ class AlfWorldCorrector(Corrector):
                 "action_ok": action_ok,
             },
         )
-        return self.keep_if_correct(correction, thought, action)

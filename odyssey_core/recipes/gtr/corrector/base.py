@@ -20,6 +20,8 @@ __all__ = [
     "Correction",
     "Corrector",
     "EpisodeMemory",
+    "JudgingCorrector",
+    "StepToCorrect",
     "claimed_cards",
     "claimed_formula",
     "rank_of",
@@ -65,6 +67,17 @@ class EpisodeMemory:
 
     target_formula: str | None = None
     steps: int = 0
+
+
+@dataclass(frozen=True)
+class StepToCorrect:
+    """One step a :class:`JudgingCorrector` judges: the frame and text the agent saw, its
+    thought ("" when it gave none), the action it chose and the env's step info."""
+
+    observation: Observation
+    thought: str
+    action: str | None
+    info: Mapping[str, Any]
 
 
 class Corrector(ABC):
@@ -124,6 +137,33 @@ class Corrector(ABC):
             action=action if action is not None else correction.action,
             thought_kept=True,
         )
+
+
+class JudgingCorrector(Corrector):
+    """A corrector that judges each step itself (:meth:`judge`); ``correct`` counts the step
+    (``corrections``, ``memory.steps``), and of a valid verdict whether it agrees, and keeps
+    the agent's own thought where the verdict says it is right."""
+
+    def correct(
+        self,
+        observation: Observation,
+        thought: str | None,
+        action: str | None,
+        info: Mapping[str, Any],
+        memory: EpisodeMemory | None = None,
+    ) -> Correction:
+        self._counts["corrections"] += 1
+        if memory is not None:
+            memory.steps += 1
+        result = self.judge(StepToCorrect(observation, thought or "", action, info), memory)
+        if not result.valid:
+            return result
+        self._counts["agreements" if result.agrees else "disagreements"] += 1
+        return self.keep_if_correct(result, thought, action)
+
+    @abstractmethod
+    def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        """The verdict on ``step``; ``memory`` (when given) already counts it."""
 
 
 # ------------------------------------------------------------------------ reading the thought

@@ -9,7 +9,6 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.render import card_value
 from odyssey_core.envs.cards.solver import (
     ALL_OPERATORS,
@@ -21,8 +20,9 @@ from odyssey_core.envs.cards.solver import (
 from odyssey_core.recipes.gtr.corrector.base import (
     FORMULA_GAMES,
     Correction,
-    Corrector,
     EpisodeMemory,
+    JudgingCorrector,
+    StepToCorrect,
     claimed_cards,
     claimed_formula,
     verdict_text,
@@ -54,7 +54,7 @@ def basic_strategy(player_total: int, usable_ace: bool, dealer_rank: str) -> str
     return "stand" if dealer <= 6 else "hit"
 
 
-class ProgrammaticCorrector(Corrector):
+class ProgrammaticCorrector(JudgingCorrector):
     """Ground-truth corrections from the env's privileged state and the exact solver (an
     oracle). A thought is judged correct only when it states what the game asks (the cards and
     the formula; the numbers; the total), states it right, and the action follows from it."""
@@ -62,19 +62,9 @@ class ProgrammaticCorrector(Corrector):
     source = "programmatic"
     oracle = True
 
-    def correct(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        memory: EpisodeMemory | None = None,
-    ) -> Correction:
+    def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        thought, action, info = step.thought, step.action, step.info
         game = info.get("game")
-        self._counts["corrections"] += 1
-        thought = thought or ""
-        if memory is not None:
-            memory.steps += 1
         if game in FORMULA_GAMES:
             result = self._formula(thought, action, info, memory)
         elif game == "numberline":
@@ -83,8 +73,7 @@ class ProgrammaticCorrector(Corrector):
             result = self._blackjack(thought, action, info)
         else:
             raise ValueError(f"the programmatic corrector does not know the game {game!r}")
-        self._counts["agreements" if result.agrees else "disagreements"] += 1
-        return self.keep_if_correct(result, thought, action)
+        return result
 
     def _formula(
         self,

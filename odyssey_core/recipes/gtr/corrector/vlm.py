@@ -19,8 +19,9 @@ from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.recipes.gtr.corrector.base import (
     FORMULA_GAMES,
     Correction,
-    Corrector,
     EpisodeMemory,
+    JudgingCorrector,
+    StepToCorrect,
     claimed_formula,
     rank_of,
 )
@@ -257,7 +258,7 @@ def _formula_of(value: Any) -> str | None:
     return value.split("=")[0].strip() or None
 
 
-class OpenAICorrector(Corrector):
+class OpenAICorrector(JudgingCorrector):
     """A VLM corrector behind any OpenAI-compatible endpoint, with a ``solve24`` tool.
 
     Requests go through :class:`~odyssey_core.policy.openai_backend.OpenAIPolicy`'s retry
@@ -353,24 +354,15 @@ class OpenAICorrector(Corrector):
             {"role": "user", "content": [image, {"type": "text", "text": "\n".join(lines)}]},
         ]
 
-    def correct(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        memory: EpisodeMemory | None = None,
-    ) -> Correction:
-        self._counts["corrections"] += 1
+    def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        observation, thought, action, info = step.observation, step.thought, step.action, step.info
         formula_game = info.get("game") in FORMULA_GAMES
         target = None
-        if memory is not None:
-            memory.steps += 1
-            if memory.target_formula and formula_game:
-                if _still_reachable(memory.target_formula, str(info.get("formula", ""))):
-                    target = memory.target_formula
-                else:  # the agent typed past it: the corrector picks a new one
-                    memory.target_formula = None
+        if memory is not None and memory.target_formula and formula_game:
+            if _still_reachable(memory.target_formula, str(info.get("formula", ""))):
+                target = memory.target_formula
+            else:  # the agent typed past it: the corrector picks a new one
+                memory.target_formula = None
         messages = self.messages(observation, thought, action, info, target)
         ops = tuple(info.get("operators", ALL_OPERATORS))
         tools = self.use_tools and formula_game
@@ -407,8 +399,7 @@ class OpenAICorrector(Corrector):
                 chosen = target  # not a formula for this target: keep the one we had
             memory.target_formula = chosen
             result = replace(result, target_formula=chosen)
-        self._counts["agreements" if result.agrees else "disagreements"] += 1
-        return self.keep_if_correct(result, thought, action)
+        return result
 
     def _interpret(
         self,
