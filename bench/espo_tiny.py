@@ -10,8 +10,10 @@ Per training seed (``--seeds``):
    seconds of its own step time, so CPU noise hits both alike and the budget is the same.
 3. The three models answer every step of a held-out dataset (the tiny preset generated with
    ``--eval-seed``: other users, other catalogues; all its splits) teacher-forced and greedy:
-   EleAcc, Op F1, Step SR, RecAcc, format-valid, with the episode-bootstrap intervals of
-   :mod:`odyssey_core.recipes.espo.metrics`; then mean +- s.e. over the training seeds.
+   EleAcc, Op F1, Step SR (over the GUI steps), RecAcc, format-valid and the all-steps /
+   per-type / text-F1 readings, with the episode-bootstrap intervals of
+   :mod:`odyssey_core.recipes.espo.metrics`; then mean +- s.e. over the training seeds, and
+   every label-only baseline on the same episodes.
 
     .venv/bin/python bench/espo_tiny.py                # the defaults recorded in RESULTS.md
     .venv/bin/python bench/espo_tiny.py --seeds 1 --budget-s 30 --sft-epochs 1   # a smoke run
@@ -32,15 +34,27 @@ import torch
 from odyssey_core.fidelity.espo import (
     cold_start,
     evaluate_model,
+    evaluation_episodes,
     history_window,
     save_policy,
     tiny_dataset,
     variant_settings,
 )
+from odyssey_core.recipes.espo.metrics import trivial_baselines
 from odyssey_core.recipes.espo.train import build_trainer
 
 METHODS = ("sft_only", "vanilla_grpo", "espo")
-KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "format_valid")
+KEYS = (
+    "ele_acc",
+    "op_f1",
+    "step_sr",
+    "rec_acc",
+    "format_valid",
+    "op_f1_macro",
+    "op_f1_all_steps",
+    "step_sr_text_f1",
+    "step_sr_all_steps",
+)
 
 
 def train_interleaved(
@@ -114,6 +128,10 @@ def main() -> None:
     for name in METHODS:
         cells = [mean_se([m[k].value for m in rows[name]]) for k in KEYS]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    episodes = [e for chosen in evaluation_episodes(eval_data).values() for e in chosen]
+    for name, m in trivial_baselines(episodes, resamples=1000).items():
+        cells = [f"{100 * m[k].value:.1f}" if k in m else "–" for k in KEYS]
+        print(f"| baseline: {name} | " + " | ".join(cells) + " |")
     print("\nper seed, with the episode-bootstrap 95% interval of each metric:")
     for name in METHODS:
         for seed, m in enumerate(rows[name]):
