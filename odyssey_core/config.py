@@ -105,6 +105,12 @@ class GameBoyEnvConfig(StrictModel):
         le=99,
         description="odland only: lives at the level start (None: the game's 3)",
     )
+    malformed_penalty: float | None = Field(
+        default=None,
+        description="None: a malformed model answer plays invalid_action with the normal "
+        "reward; a number (the public release: -100): the emulator is not stepped, the turn's "
+        "reward is this number and the next observation's text says the answer was malformed",
+    )
     timer_div: int | Literal["seed"] = Field(
         default="seed",
         description="the DIV timer register at each level start, which games read as their "

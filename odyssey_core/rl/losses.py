@@ -50,6 +50,22 @@ def select_nonzero_advantage_turns(advantages: torch.Tensor) -> torch.Tensor:
     return torch.nonzero(advantages != 0, as_tuple=False).flatten()
 
 
+def episode_tail_turns(episode_ids: torch.Tensor, count: int) -> torch.Tensor:
+    """bool [N]: the turn is one of the last ``count`` turns of its episode (episodes are
+    contiguous runs of ``episode_ids``, in time order, as in a TurnBatch)."""
+    if count < 0:
+        raise ValueError(f"count is a number of turns (>= 0), got {count}")
+    n = episode_ids.numel()
+    if count == 0 or n == 0:
+        return torch.zeros(n, dtype=torch.bool)
+    _, episode_of, lengths = torch.unique_consecutive(
+        episode_ids, return_inverse=True, return_counts=True
+    )
+    first_row = torch.cumsum(lengths, 0) - lengths
+    turns_after = (first_row + lengths - 1)[episode_of] - torch.arange(n)
+    return turns_after < count
+
+
 def ppo_clip_loss(
     new_logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,

@@ -86,7 +86,7 @@ from odyssey_core.rl.distributed import (
     split_evenly,
     sum_over_ranks,
 )
-from odyssey_core.rl.losses import select_nonzero_advantage_turns
+from odyssey_core.rl.losses import episode_tail_turns, select_nonzero_advantage_turns
 from odyssey_core.rl.objectives import OBJECTIVES, ObjectiveSettings, ScoredTurns
 from odyssey_core.rl.samplers import SAMPLERS
 from odyssey_core.rl.updater import PlainUpdater
@@ -172,6 +172,7 @@ class TrainerConfig:
     score_micro_batch: int = 4  # turns per scoring forward (and backward)
     temperature: float = 1.0  # the sampling temperature the log-probs are taken at
     skip_zero_advantage: bool = False
+    drop_episode_tail: int = 0  # each episode's last n turns stay out of the policy update
     policy_loss: bool = True  # false: only the hooks' extra losses train the policy
     max_turn_samples: int | None = None  # stop once this many turns were collected in all
     config_dump: dict[str, Any] = field(default_factory=dict)  # saved beside checkpoints
@@ -381,6 +382,8 @@ class Trainer:
             kept = kept[has_tokens[kept]]
         else:
             kept = torch.nonzero(has_tokens, as_tuple=False).flatten()
+        if c.drop_episode_tail:  # after the advantages, which still see the whole episode
+            kept = kept[~episode_tail_turns(union.batch.episode_ids, c.drop_episode_tail)[kept]]
         metrics = {"actor/skipped_turn_frac": 1.0 - kept.numel() / max(1, len(union.batch))}
         if kept.numel() == 0:
             return metrics

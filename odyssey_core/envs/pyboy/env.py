@@ -7,6 +7,10 @@ more frame, the last of which is rendered as the next observation. The reward is
 that loses one; the episode terminates on a death or at the goal, and is truncated after
 ``max_turns`` turns.
 
+With ``malformed_penalty`` set, a model answer that cannot be read is not played: the
+emulator is not stepped, the turn's reward is the penalty, the turn still counts towards
+``max_turns``, and the next observation's text starts with :data:`MALFORMED_NOTE`.
+
 Every level start sets the DIV timer register (``timer_div``), which games read as their
 randomness: drawn from the episode seed by default, so the same seed gives a byte-identical
 start and different seeds start the game's own randomness differently; or a fixed byte. The
@@ -42,6 +46,11 @@ LCDC = 0xFF40  # LCD control register; bit 7 = display on
 DIV = 0xFF04  # the divider timer register, which games read as a source of randomness
 LCD_WARMUP_FRAMES = 60
 _STATE_MAGIC = b"ODYSSEY-GBSTATE1"
+#: what the next prompt says after a malformed answer (with ``malformed_penalty`` set)
+MALFORMED_NOTE = (
+    "Your last answer could not be read, so no button was pressed and it cost a penalty. "
+    "Answer in the required format."
+)
 
 
 def new_emulator(rom_path: str) -> PyBoy:
@@ -133,6 +142,7 @@ class GameBoyEnv(TurnEnv):
         self._snapshot: GameSnapshot | None = None
         self._turn = 0
         self._fallbacks = 0
+        self._last_malformed = False
         self._done = True
 
     # -- emulator plumbing -------------------------------------------------------------------
@@ -207,6 +217,7 @@ class GameBoyEnv(TurnEnv):
             self.level = meta["level"]
         self._turn = 0
         self._fallbacks = 0
+        self._last_malformed = False
         self._done = False
         return self._observation(), self._info(self._snapshot, buttons=(), invalid=False)
 
@@ -214,6 +225,9 @@ class GameBoyEnv(TurnEnv):
         if self._done:
             raise RuntimeError(f"{self.env_id}: the episode has ended; call reset() before step()")
         buttons, invalid, parse_error = self._resolve(action)
+        if invalid and self.config.malformed_penalty is not None:
+            return self._skip_malformed(parse_error)
+        self._last_malformed = False
         self._press(buttons)
         before, after = self._snapshot, self.game.read(self.pyboy, self.level)
         self._frame = screen_rgb(self.pyboy)
@@ -230,6 +244,20 @@ class GameBoyEnv(TurnEnv):
         info = self._info(after, buttons=buttons, invalid=invalid)
         info.update(life_lost=life_lost, parse_error=parse_error)
         return self._observation(), float(reward), terminated, truncated, info
+
+    def _skip_malformed(self, parse_error: str | None) -> StepResult:
+        """A malformed answer under ``malformed_penalty``: the game does not move, the turn
+        counts and is penalised, and the next prompt says why."""
+        assert self._snapshot is not None and self.config.malformed_penalty is not None
+        self._turn += 1
+        self._fallbacks += 1
+        self._last_malformed = True
+        truncated = self._turn >= self.config.max_turns
+        self._done = truncated
+        info = self._info(self._snapshot, buttons=(), invalid=True)
+        info.update(life_lost=False, parse_error=parse_error)  # buttons (): nothing pressed
+        reward = float(self.config.malformed_penalty)
+        return self._observation(), reward, False, truncated, info
 
     def render(self) -> np.ndarray:  # type: ignore[override]
         if self._frame is None:
@@ -256,6 +284,7 @@ class GameBoyEnv(TurnEnv):
             "turn": self._turn,
             "fallbacks": self._fallbacks,
             "done": self._done,
+            "last_malformed": self._last_malformed,
         }
         return pack_state(emulator_state(self.pyboy), self._frame, meta)
 
@@ -266,6 +295,7 @@ class GameBoyEnv(TurnEnv):
         self._turn = int(meta.get("turn", 0))
         self._fallbacks = int(meta.get("fallbacks", 0))
         self._done = bool(meta.get("done", False))
+        self._last_malformed = bool(meta.get("last_malformed", False))
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -316,7 +346,10 @@ class GameBoyEnv(TurnEnv):
 
     def _observation(self) -> Observation:
         assert self._frame is not None
-        return Observation(image=self._frame, text=build_turn_text(self.level, self._turn))
+        text = build_turn_text(self.level, self._turn)
+        if self._last_malformed:
+            text = f"{MALFORMED_NOTE} {text}"
+        return Observation(image=self._frame, text=text)
 
     def state_info(self) -> dict[str, Any]:
         """What ``info`` says about the current state, read when it was reached or restored:

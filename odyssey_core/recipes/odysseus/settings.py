@@ -94,6 +94,13 @@ class OdysseusPPOSettings(PPOSettings):
         description="leave turns whose advantage is exactly 0 out of the update (the compute "
         "saving of positive-advantage filtering)",
     )
+    drop_episode_tail: int = Field(
+        default=0,
+        ge=0,
+        description="leave each trajectory's last n turns out of the policy update (their "
+        "returns still count for the earlier turns' advantages); the paper is silent, the "
+        "public release drops 5",
+    )
 
 
 class CurriculumSettings(StrictModel):

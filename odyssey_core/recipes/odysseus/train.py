@@ -85,6 +85,7 @@ def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
         score_micro_batch=s.rollout.score_micro_batch,
         temperature=s.rollout.generation.temperature,
         skip_zero_advantage=s.ppo.skip_zero_advantage,
+        drop_episode_tail=s.ppo.drop_episode_tail,
         max_turn_samples=s.max_turn_samples,
     )
 
