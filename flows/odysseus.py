@@ -63,9 +63,11 @@ def _chain(cfg: PipelineConfig, parent: str, until: str) -> dict[str, dict[str, 
         results["rl"] = rl_task(cfg, results["sft"]["model_uri"], parent_run_id=parent)
     if wanted("evaluate"):
         checkpoint = results["rl"]["checkpoint_uri"]
-        results["evaluate"] = evaluate_task(
+        results["evaluate"] = evaluate_task(  # base, sft and candidate on the same episodes
             cfg,
             checkpoint,
+            sft_model_uri=results["sft"]["model_uri"],
+            base_model_uri=results["sft"]["base_model_uri"],
             training_run_id=results["rl"].get("mlflow_run_id"),
             parent_run_id=parent,
         )

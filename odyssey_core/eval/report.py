@@ -289,8 +289,11 @@ def write_report(
     videos: bool = True,
     plots: bool = True,
     training_run: tuple[str, str] | None = None,
+    summary: Sequence[str] = (),
 ) -> ReportFiles:
-    """Write every report file under ``out_dir`` and return their paths and the metrics."""
+    """Write every report file under ``out_dir`` and return their paths and the metrics.
+    ``summary`` is Markdown lines the caller puts first, under "Summary" (in the HTML page as
+    preformatted text)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     suite = results.suite
@@ -302,6 +305,9 @@ def write_report(
         "and counted under Outcomes. A run cut by the turn limit is never a success."
     )
     body = [f"<h1>Evaluation: {html.escape(suite.name)}</h1>", f"<p>{html.escape(md[-1])}</p>"]
+    if summary:
+        md += ["", "## Summary", "", *summary]
+        body += ["<h2>Summary</h2>", f"<pre>{html.escape(chr(10).join(summary))}</pre>"]
     files = ReportFiles(markdown=out / "report.md", html=out / "report.html")
     metrics = results.metrics()
     for k, section in enumerate(results.sections):

@@ -28,7 +28,7 @@ import json
 import logging
 import shutil
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -679,6 +679,56 @@ def _episode_scores(results: Any, agent: str) -> list[float]:
     ]
 
 
+def evaluate_models(
+    cfg: PipelineConfig,
+    models: Mapping[str, str],
+    out_dir: Path,
+    *,
+    training_run_id: str | None = None,
+    summary: Callable[[Mapping[str, list[float]]], list[str]] | None = None,
+) -> dict[str, Any]:
+    """Evaluate model folders of the store (``label -> URI``) together on the configured
+    suite, no marker, with the RL preset's inference settings: one suite run, so every model
+    plays the same episodes, and one report with a row per label. Returns the per-episode
+    scores and mean of each label, the flat metrics, the report folder and the inference
+    settings used. The report is the full one: the tables, their bar plots, the suite's
+    annotated episode videos, the lines ``summary(scores)`` writes, and the training curves of
+    ``training_run_id`` (the MLflow run that trained the models) when given."""
+    from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
+    from odyssey_core.eval.report import write_report
+    from odyssey_core.eval.runner import evaluate_suite
+    from odyssey_core.eval.suites import load_suite
+
+    if not models:
+        raise ValueError("evaluate_models needs at least one model (label -> URI)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
+    inference = pipeline_inference(cfg)
+    agents = []
+    for label, uri in models.items():
+        dest = out_dir / "model" if len(models) == 1 else out_dir / "models" / label
+        model = fetch(cfg, uri, dest)
+        spec = parse_agent_spec(f"hf:{model.resolve()}", label=label)
+        agents.append(build_policy_agent(spec, game=cfg.game, inference=inference))
+    results = evaluate_suite(suite, agents, runs=cfg.eval.runs, vector=cfg.eval.vector)
+    scores = {label: _episode_scores(results, label) for label in models}
+    training_run = None if training_run_id is None else (cfg.mlflow_uri, training_run_id)
+    report = write_report(
+        results,
+        out_dir / "report",
+        training_run=training_run,
+        summary=summary(scores) if summary is not None else (),
+    )
+    return {
+        "scores": scores,
+        "means": {k: statistics.fmean(v) if v else float("nan") for k, v in scores.items()},
+        "metrics": numeric(results.metrics()),
+        "report_dir": str(out_dir / "report"),
+        "report_markdown": str(report.markdown),
+        "inference": inference.model_dump(mode="json"),
+    }
+
+
 def evaluate_checkpoint(
     cfg: PipelineConfig,
     model_uri: str,
@@ -687,63 +737,112 @@ def evaluate_checkpoint(
     *,
     training_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate one model folder of the store on the configured suite, no marker, with the
-    RL preset's inference settings: returns per-episode scores, their mean, the flat metrics,
-    the report folder and the inference settings used. The report is the full one: the
-    tables, their bar plots, the suite's annotated episode videos, and the training curves of
-    ``training_run_id`` (the MLflow run that trained the model) when given."""
-    from odyssey_core.eval.agents import build_policy_agent, parse_agent_spec
-    from odyssey_core.eval.report import write_report
-    from odyssey_core.eval.runner import evaluate_suite
-    from odyssey_core.eval.suites import load_suite
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model = fetch(cfg, model_uri, out_dir / "model")
-    suite = load_suite(cfg.eval.suite, cfg.eval.overrides)
-    inference = pipeline_inference(cfg)
-    agent = build_policy_agent(
-        parse_agent_spec(f"hf:{model.resolve()}", label=label), game=cfg.game, inference=inference
-    )
-    results = evaluate_suite(suite, [agent], runs=cfg.eval.runs, vector=cfg.eval.vector)
-    training_run = None if training_run_id is None else (cfg.mlflow_uri, training_run_id)
-    report = write_report(results, out_dir / "report", training_run=training_run)
-    scores = _episode_scores(results, label)
-    mean = statistics.fmean(scores) if scores else float("nan")
+    """Evaluate one model folder of the store (:func:`evaluate_models` with one label): returns
+    its per-episode scores (also written to ``out_dir/scores.json``), their mean, the flat
+    metrics, the report folder and the inference settings used."""
+    evaluated = evaluate_models(cfg, {label: model_uri}, out_dir, training_run_id=training_run_id)
+    scores = evaluated["scores"][label]
     (out_dir / "scores.json").write_text(json.dumps({"label": label, "scores": scores}))
     return {
+        **{k: v for k, v in evaluated.items() if k not in ("scores", "means")},
         "scores": scores,
-        "mean": mean,
-        "metrics": numeric(results.metrics()),
-        "report_dir": str(out_dir / "report"),
-        "report_markdown": str(report.markdown),
-        "inference": inference.model_dump(mode="json"),
+        "mean": evaluated["means"][label],
     }
+
+
+EVAL_ROWS = ("base", "sft", "candidate")  # the evaluate stage's rows, in the report's order
+
+
+def rl_effect(scores: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """What RL did on the evaluate stage's episodes: the candidate's mean minus the SFT model's,
+    its standard error, and Welch's one-sided t-test of "the candidate is ahead"
+    (``rl_effect``, ``rl_effect_se``, ``rl_effect_t``, ``rl_effect_p``; NaN where a sample is
+    too small)."""
+    from scipy import stats
+
+    candidate = [float(x) for x in scores["candidate"]]
+    sft = [float(x) for x in scores["sft"]]
+    nan = float("nan")
+    if min(len(candidate), len(sft)) < 2:
+        return {"rl_effect": nan, "rl_effect_se": nan, "rl_effect_t": nan, "rl_effect_p": nan}
+    difference = statistics.fmean(candidate) - statistics.fmean(sft)
+    se = statistics.variance(candidate) / len(candidate) + statistics.variance(sft) / len(sft)
+    test = stats.ttest_ind(candidate, sft, equal_var=False, alternative="greater")
+    return {
+        "rl_effect": difference,
+        "rl_effect_se": se**0.5,
+        "rl_effect_t": float(test.statistic),
+        "rl_effect_p": float(test.pvalue),
+    }
+
+
+def _rl_effect_lines(scores: Mapping[str, list[float]]) -> list[str]:
+    if "sft" not in scores or "candidate" not in scores:
+        return []
+    effect = rl_effect(scores)
+    means = {label: statistics.fmean(s) if s else float("nan") for label, s in scores.items()}
+    lines = [
+        "Rows: `base` is the untrained base model, `sft` the SFT model RL started from, "
+        "`candidate` the RL checkpoint; all play the same episodes, progress made per episode "
+        "(from every section).",
+        "",
+        "| model | episodes | mean progress made |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {label} | {len(s)} | {means[label]:.2f} |" for label, s in scores.items()]
+    lines += [
+        "",
+        f"RL's effect (candidate - sft): {effect['rl_effect']:+.2f} ± {effect['rl_effect_se']:.2f}"
+        f" (Welch t {effect['rl_effect_t']:.2f}, one-sided p {effect['rl_effect_p']:.3g}).",
+    ]
+    return lines
 
 
 def stage_evaluate(
     cfg: PipelineConfig,
     checkpoint_uri: str,
     *,
+    sft_model_uri: str | None = None,
+    base_model_uri: str | None = None,
     training_run_id: str | None = None,
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the RL checkpoint; returns ``report_uri``, ``scores_uri`` and the mean. The
-    whole report (tables, plots, videos, and the curves of ``training_run_id``, the RL stage's
-    MLflow run) is logged to the stage's MLflow run and published."""
+    """Evaluate the RL checkpoint (row ``candidate``) and, when given, the base model (``base``)
+    and the SFT model RL started from (``sft``) on the same episodes; returns ``report_uri``,
+    ``scores_uri`` and the candidate's mean, with each other row's mean (``<row>_mean``) and
+    RL's effect (:func:`rl_effect`: candidate minus sft). The whole report (tables, plots,
+    videos, RL's effect, and the curves of ``training_run_id``, the RL stage's MLflow run) is
+    logged to the stage's MLflow run and published. ``scores.json`` holds the candidate's
+    per-episode scores and, under ``rows``, every row's with its model's URI."""
     # how the model answers is part of what the stage depends on
     params = {
         **cfg.eval.model_dump(mode="json"),
         "inference": pipeline_inference(cfg).model_dump(mode="json"),
     }
+    given = {"base": base_model_uri, "sft": sft_model_uri, "candidate": checkpoint_uri}
+    models = {label: uri for label, uri in given.items() if uri is not None}
+    inputs = {"checkpoint": checkpoint_uri}
+    inputs.update({f"{label}_model": uri for label, uri in models.items() if label != "candidate"})
 
     def body(ctx: StageContext) -> dict[str, Any]:
         out = ctx.work / "candidate"
-        evaluated = evaluate_checkpoint(
-            cfg, checkpoint_uri, "candidate", out, training_run_id=training_run_id
+        evaluated = evaluate_models(
+            cfg, models, out, training_run_id=training_run_id, summary=_rl_effect_lines
         )
-        ctx.run.log_metrics(numeric({**evaluated["metrics"], SCORE_KEY: evaluated["mean"]}))
+        scores, means = evaluated["scores"], evaluated["means"]
+        effect = rl_effect(scores) if "sft" in scores else {}
+        rows = {f"{label}_mean": means[label] for label in models if label != "candidate"}
+        ctx.run.log_metrics(
+            numeric({**evaluated["metrics"], SCORE_KEY: means["candidate"], **rows, **effect})
+        )
         ctx.run.log_artifact(evaluated["report_dir"], "report")
         report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
+        recorded = {
+            "label": "candidate",
+            "scores": scores["candidate"],
+            "rows": {label: {"uri": models[label], "scores": scores[label]} for label in models},
+        }
+        (out / "scores.json").write_text(json.dumps(recorded))
         scores_uri = ctx.publish_file(out / "scores.json", "scores.json")
         ctx.keep(out / "scores.json")
         return {
@@ -751,8 +850,10 @@ def stage_evaluate(
             "scores_uri": scores_uri,
             "scores_path": str(out / "scores.json"),
             "report_markdown": str(evaluated["report_markdown"]),
-            "mean_progress": evaluated["mean"],
-            "episodes": len(evaluated["scores"]),
+            "mean_progress": means["candidate"],
+            "episodes": len(scores["candidate"]),
+            **rows,
+            **numeric({k: v for k, v in effect.items() if k in ("rl_effect", "rl_effect_se")}),
         }
 
     return run_stage(
@@ -760,7 +861,7 @@ def stage_evaluate(
         "evaluate",
         body,
         config=[params],
-        inputs={"checkpoint": checkpoint_uri},
+        inputs=inputs,
         params=params,
         parent_run_id=parent_run_id,
     )
@@ -793,8 +894,14 @@ def stage_promote(
     dest = cfg.stage_dir("promote") / "candidate-scores.json"
     scores = fetch_json(cfg, evaluation.get("scores_path"), evaluation.get("scores_uri"), dest)
     candidate_scores = [float(x) for x in scores["scores"]]
+    rows = scores.get("rows", {})
 
     def evaluate_reference(model_uri: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
+        row = rows.get(label)
+        if label == "base" and row is not None and row["uri"] == model_uri:
+            # the evaluate stage played the base model on these episodes with these settings
+            reused = [float(x) for x in row["scores"]]
+            return reused, {"mean": statistics.fmean(reused) if reused else float("nan")}
         evaluated = evaluate_checkpoint(cfg, model_uri, label, out_dir)
         return evaluated["scores"], evaluated
 
