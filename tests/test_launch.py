@@ -197,3 +197,51 @@ def test_gtr_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_proc
     assert [m.step for m in history] == [1, 2]  # every step, followed from metrics.jsonl
     metrics = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["rollout/turns"] for m in metrics] == [m.value for m in history]
+
+
+def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_processes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, tiny_model_dir: Path
+) -> None:
+    """ESPO's train stage through the same door as GTR's: ``odyssey train --recipe espo``
+    under torchrun, its metrics followed from rank 0's metrics.jsonl into the stage run."""
+    from mlflow import MlflowClient
+
+    from odyssey_core.recipes.espo.pipeline import (
+        load_espo_pipeline_config,
+        stage_espo_data,
+        stage_espo_train,
+    )
+
+    overrides = {
+        "steps": 2,
+        "launch": {"nproc_per_node": 2},
+        "model": {"path": str(tiny_model_dir)},
+        "rollout": {
+            "samples_per_step": 2,
+            "generation": {"max_new_tokens": 8},
+            "history_window": 1,
+        },
+    }
+    cfg = load_espo_pipeline_config(
+        "tiny",
+        {
+            "run_dir": str(tmp_path / "run"),
+            "sft": {"enabled": False},
+            "train": {"overrides": overrides},
+        },
+    )
+    with caplog.at_level(logging.INFO, logger="odyssey_core.recipes.espo.pipeline"):
+        out = stage_espo_train(cfg, stage_espo_data(cfg), None)
+    streamed = [r.getMessage() for r in caplog.records if r.name.endswith("espo.pipeline")]
+    assert any(line.startswith("[default1]:") for line in streamed)  # rank 1's output
+    assert out["steps"] == 2
+    train_dir = next((tmp_path / "run" / "train").glob("run-*"))
+    checkpoint = train_dir / "checkpoints" / checkpoint_name(2)
+    assert (checkpoint / "trainer_state.rank-00001.pt").is_file()
+    client = MlflowClient(cfg.mlflow_uri)
+    experiment = client.get_experiment_by_name(cfg.experiment)
+    (run,) = client.search_runs([experiment.experiment_id], "tags.`odyssey.stage` = 'train'")
+    history = client.get_metric_history(run.info.run_id, "espo/format_valid")
+    assert [m.step for m in history] == [1, 2]  # every step, followed from metrics.jsonl
+    metrics = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["espo/format_valid"] for m in metrics] == [m.value for m in history]
