@@ -144,7 +144,7 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
 
 
 class CriticTrainer:
-    """The critic network, its optimiser, and one epoch-based update per training step."""
+    """The critic network, its optimiser, and its update once per training step."""
 
     def __init__(
         self,
@@ -198,11 +198,14 @@ class CriticTrainer:
         return F.mse_loss(predicted, target)
 
     def train_step(self, frames: Frames, returns: torch.Tensor) -> dict[str, float]:
-        """``epochs`` passes over shuffled minibatches regressing V(o_t) on R_t / value_scale.
+        """``epochs`` passes regressing V(o_t) on R_t / value_scale: per epoch, one optimiser
+        step per shuffled minibatch (``update: minibatches``), or one step on the mean loss
+        over every turn, its gradient summed ``minibatch_size`` turns at a time
+        (``update: full_batch``, the public release's update).
 
-        Metrics: mean minibatch loss (scaled units), mean pre-clip gradient norm, and the
-        explained variance and mean of the values predicted in the last epoch's forward passes
-        (each taken just before its own minibatch's optimiser step), in return units.
+        Metrics: mean loss per optimiser step (scaled units), mean pre-clip gradient norm,
+        the optimiser steps taken, and the explained variance and mean of the values predicted
+        in the last epoch's forward passes (each taken before its step), in return units.
         """
         s = self.settings
         started = time.perf_counter()
@@ -215,19 +218,30 @@ class CriticTrainer:
         seen_values = torch.zeros_like(returns)
         for _ in range(s.epochs):
             order = torch.randperm(len(frames), generator=self.generator)
-            for start in range(0, len(frames), s.minibatch_size):
-                index = order[start : start + s.minibatch_size]
-                predicted = self.network(
-                    stack_frames(frames, index).to(self.device, non_blocking=True)
-                )
-                loss = self._loss(predicted, targets[index].to(self.device))
+            chunks = [
+                order[start : start + s.minibatch_size]
+                for start in range(0, len(frames), s.minibatch_size)
+            ]
+            steps = [chunks] if s.update == "full_batch" else [[chunk] for chunk in chunks]
+            for step_chunks in steps:
+                if not step_chunks:
+                    continue
+                turns = sum(len(chunk) for chunk in step_chunks)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                step_loss = 0.0
+                for index in step_chunks:
+                    predicted = self.network(
+                        stack_frames(frames, index).to(self.device, non_blocking=True)
+                    )
+                    # the chunk's mean loss weighted by its share: the step's mean over turns
+                    loss = self._loss(predicted, targets[index].to(self.device))
+                    (loss * (len(index) / turns)).backward()
+                    step_loss += loss.item() * len(index) / turns
+                    seen_values[index] = predicted.detach().float().cpu() * s.value_scale
                 norm = nn.utils.clip_grad_norm_(self.network.parameters(), s.grad_clip)
                 self.optimizer.step()
-                losses.append(loss.item())
+                losses.append(step_loss)
                 grad_norms.append(float(norm))
-                seen_values[index] = predicted.detach().float().cpu() * s.value_scale
         self.steps_done += 1
         return {
             "critic/loss": float(np.mean(losses)) if losses else float("nan"),
@@ -235,6 +249,7 @@ class CriticTrainer:
             "critic/value_mean": float(seen_values.mean()) if len(frames) else float("nan"),
             "critic/return_mean": float(returns.mean()) if len(frames) else float("nan"),
             "critic/grad_norm": float(np.mean(grad_norms)) if grad_norms else float("nan"),
+            "critic/optimizer_steps": float(len(losses)),
             "critic/time_s": time.perf_counter() - started,
         }
 

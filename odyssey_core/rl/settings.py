@@ -47,7 +47,15 @@ class CriticSettings(StrictModel):
     grad_clip: float = Field(default=1.0, gt=0, description="Table 7: gradient clip 1.0")
     epochs: int = Field(default=1, ge=1, description="Table 7: 1 optimisation epoch per step")
     minibatch_size: int = Field(
-        default=256, ge=1, description="turns per critic minibatch (not given in the tables)"
+        default=256,
+        ge=1,
+        description="turns per critic minibatch (not given in the tables); with update "
+        "'full_batch', the turns per forward/backward chunk the one gradient is summed over",
+    )
+    update: Literal["minibatches", "full_batch"] = Field(
+        default="minibatches",
+        description="per epoch: one optimiser step per shuffled minibatch, or one step on the "
+        "whole batch's mean loss (the public release: one step per training step)",
     )
     warmup_steps: int = Field(
         default=0,

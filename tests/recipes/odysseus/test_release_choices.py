@@ -49,6 +49,7 @@ def test_a_training_step_penalises_malformed_answers_and_drops_each_trajectorys_
             "score_micro_batch": 4,
         },
         advantage={"estimator": "ppo_critic"},
+        critic={"input_height": 36, "input_width": 40, "minibatch_size": 4, "update": "full_batch"},
         ppo={
             "minibatch_size": 64,
             "lr": 1e-3,
@@ -87,6 +88,7 @@ def test_a_training_step_penalises_malformed_answers_and_drops_each_trajectorys_
     _, lengths = torch.unique_consecutive(batch.episode_ids, return_counts=True)
     assert lengths.numel() == 3
     assert seen["fitted_turns"] == len(batch)  # the critic still learns every turn
+    assert metrics["critic/optimizer_steps"] == 1.0  # one full-batch step over 4-turn chunks
     assert metrics["actor/turns"] == float(sum(max(0, int(n) - DROP) for n in lengths))
 
 
