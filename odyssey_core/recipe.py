@@ -38,6 +38,7 @@ __all__ = [
     "ExampleInput",
     "Recipe",
     "RecipeError",
+    "RecipeRegistry",
     "recipe_for_model",
 ]
 
