@@ -198,3 +198,46 @@ def test_mlflow_models_serve_answers(tmp_path: Path, mlflow_uri: str, tiny_model
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+
+# -- the serving spec comes from the recipe ------------------------------------------------------
+
+
+def test_the_serving_spec_is_the_recipes_for_every_recipe(tmp_path: Path) -> None:
+    from odyssey_core.protocol import get_system_prompt
+    from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
+    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+    from odyssey_core.registry.pyfunc import example_frame, serving_spec
+
+    odland = serving_spec("mario")
+    assert (odland["recipe"], odland["format"], odland["env"]) == ("odysseus", "odysseus", "mario")
+    assert odland["system_prompt"] == get_system_prompt("mario")
+    cards = serving_spec("gtr-cards-points24", env_kwargs={"max_steps": 9})
+    assert (cards["recipe"], cards["format"], cards["env"]) == ("gtr", "gtr", "cards-points24")
+    assert cards["system_prompt"] == gtr_system_prompt("cards-points24", {"max_steps": 9})
+    espo = serving_spec("espo-all", image_size=(112, 224))
+    assert (espo["recipe"], espo["format"], espo["env"]) == ("espo", "espo", "persona")
+    assert espo["system_prompt"] == ESPO_SYSTEM_PROMPT and espo["image_size"] == [112, 224]
+    assert serving_spec("odland", recipe="gtr", env="cards-numberline")["format"] == "gtr"
+    assert example_frame("espo").shape == (448, 224, 3)
+    assert example_frame("odysseus").shape == (144, 160, 3)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    with pytest.raises(ValueError, match="no recipe claims a model of game 'toy'"):
+        serving_spec("toy", model_dir=folder)
+
+
+def test_each_format_says_what_a_served_model_answers() -> None:
+    from odyssey_core.protocol.formats import RESPONSE_FORMATS
+
+    odysseus, gtr, espo = (RESPONSE_FORMATS.get(n) for n in ("odysseus", "gtr", "espo"))
+    good = "<perception>a pipe</perception><reasoning>jump</reasoning><answer>[a, right]</answer>"
+    assert json.loads(odysseus.serving_action(odysseus.parse(good))) == ["a", "right"]
+    assert odysseus.serving_action(odysseus.parse("no tags")) == '["noop"]'
+    info = {"legal_actions": ["3", "5"]}
+    assert gtr.serving_action(gtr.parse('"thought": "t", "action": "5"', info), info) == "5"
+    assert gtr.serving_action(gtr.parse("gibberish", info), info) == "3"  # GTR's fallback
+    assert gtr.serving_action(gtr.parse("gibberish", {}), {}) == ""
+    answer = "<think>tap it</think><answer>{'action': 'click', 'point': [3, 4]}</answer>"
+    assert json.loads(espo.serving_action(espo.parse(answer)))["action"] == "click"
+    assert espo.serving_action(espo.parse("<think>x</think>")) == ""
