@@ -23,7 +23,12 @@ from pydantic import Field
 from odyssey_core.config import GameName, StrictModel, load_preset
 from odyssey_core.data.dataset import read_json, read_table, write_dataset, write_table
 from odyssey_core.data.sampling import SamplingConfig, load_samples, sample_frames
-from odyssey_core.data.teachers import TeacherConfig, annotate_frames, make_teacher
+from odyssey_core.data.teachers import (
+    TeacherConfig,
+    annotate_frames,
+    make_teacher,
+    probe_teacher,
+)
 from odyssey_core.data.validation import ValidationConfig, validate_annotations
 from odyssey_core.data.walkthroughs import (
     ImportConfig,
@@ -129,7 +134,10 @@ def curate_problems(config: CurateConfig, environ: dict[str, str] | None = None)
 
 
 def run_record(config: CurateConfig, out: str | Path) -> Path:
-    """Record (or import) the walkthroughs into OUT/walkthroughs."""
+    """Probe the teacher (one request, for an API teacher), then record (or import) the
+    walkthroughs into OUT/walkthroughs: settings the teacher's model refuses fail here, before
+    any recording, naming the setting to change."""
+    probe_teacher(config.teacher, config.game)
     target = _dir(out, "walkthroughs")
     if config.source == "record":
         record = config.record.model_copy(update={"game": config.game})

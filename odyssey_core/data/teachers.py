@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -29,11 +30,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from PIL import Image
-from pydantic import Field
+from pydantic import Field, ValidationError, model_validator
 
 from odyssey_core.common.registry import Registry
 from odyssey_core.config import StrictModel
@@ -56,8 +57,11 @@ __all__ = [
     "TeacherError",
     "TeacherRefusal",
     "TeacherResult",
+    "TeacherSettingsError",
     "annotate_frames",
+    "is_reasoning_model",
     "make_teacher",
+    "probe_teacher",
     "resolve_teacher",
     "teacher_problems",
 ]
@@ -150,6 +154,16 @@ def teacher_problems(config: TeacherConfig, environ: Mapping[str, str] | None = 
             f"environment variable {key} is not set: the teacher's API key "
             "(teacher.options.api_key_env; any value for a server without keys)"
         )
+    if not problems:  # the settings themselves, for the model they will be sent to
+        resolved = dict(options)
+        for option, variable_option in FROM_ENVIRONMENT.items():
+            if resolved.get(option) in (None, "") and options.get(variable_option):
+                resolved[option] = env[options[variable_option]]
+        known = set(OpenAITeacherSettings.model_fields)
+        try:
+            OpenAITeacherSettings(**{k: v for k, v in resolved.items() if k in known})
+        except ValidationError as error:
+            problems += [f"teacher.options: {e['msg']}" for e in error.errors()]
     return problems
 
 
@@ -407,6 +421,22 @@ class ProgrammaticTeacher(Teacher):
 
 
 # ============================================================================== openai teacher
+#: the least completion budget a reasoning model gets: its hidden reasoning counts against it
+MIN_REASONING_TOKENS = 4096
+#: served names of models that reason before answering and refuse sampling settings (OpenAI's
+#: o-series and gpt-5), after any provider prefix (``openai/o3``)
+REASONING_MODEL_PATTERN = re.compile(r"^(o\d|gpt-5)", re.IGNORECASE)
+
+
+def is_reasoning_model(model: str) -> bool:
+    """Whether ``model`` names a reasoning model (o1, o3, o4-mini, gpt-5, ...)."""
+    return bool(REASONING_MODEL_PATTERN.match(model.rsplit("/", 1)[-1]))
+
+
+class TeacherSettingsError(ValueError):
+    """The teacher's settings do not work with its model; the message names what to change."""
+
+
 class OpenAITeacherSettings(StrictModel):
     model: str = Field(description="the served model's name (or from model_env)")
     model_env: str | None = Field(default=None, description="variable holding the model name")
@@ -415,14 +445,32 @@ class OpenAITeacherSettings(StrictModel):
     api_key_env: str | None = "OPENAI_API_KEY"
     concurrency: int = Field(default=8, ge=1)
     timeout: float = Field(default=60.0, gt=0)
-    temperature: float = Field(default=0.2, ge=0)
-    top_p: float = Field(default=1.0, gt=0, le=1)
-    max_tokens: int = Field(default=512, ge=1)
+    reasoning: bool | None = Field(
+        default=None,
+        description="the model reasons before answering (o-series, gpt-5): no temperature or "
+        "top_p is sent (such models refuse them), the budget goes as max_completion_tokens and "
+        f"must be at least {MIN_REASONING_TOKENS}; null: decided from the model's name",
+    )
+    temperature: float | None = Field(
+        default=0.2, ge=0, description="sent to models that accept it; null: never sent"
+    )
+    top_p: float | None = Field(
+        default=1.0, gt=0, le=1, description="sent to models that accept it; null: never sent"
+    )
+    max_tokens: int = Field(
+        default=512,
+        ge=1,
+        description="the completion budget (a reasoning model's hidden reasoning included)",
+    )
     seed: int | None = 0
     image_scale: int | None = None
     image_size: tuple[int, int] | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    max_tokens_field: str = "max_tokens"
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = Field(
+        default=None,
+        description="the name the budget is sent under; null: max_completion_tokens for "
+        "reasoning models, else max_tokens",
+    )
     price_prompt_per_1k: float = Field(default=0.0, ge=0, description="USD per 1k prompt tokens")
     price_completion_per_1k: float = Field(default=0.0, ge=0, description="USD per 1k output")
     cache_dir: Path | None = Field(default=None, description="default: <annotate out>/cache")
@@ -431,6 +479,59 @@ class OpenAITeacherSettings(StrictModel):
     max_backoff: float = Field(default=30.0, ge=0)
     max_total_wait: float = Field(default=300.0, ge=0)
     show_progress: bool = True
+
+    @property
+    def is_reasoning(self) -> bool:
+        return is_reasoning_model(self.model) if self.reasoning is None else self.reasoning
+
+    @property
+    def budget_field(self) -> str:
+        if self.max_tokens_field is not None:
+            return self.max_tokens_field
+        return "max_completion_tokens" if self.is_reasoning else "max_tokens"
+
+    @model_validator(mode="after")
+    def _fits_a_reasoning_model(self) -> OpenAITeacherSettings:
+        if not self.is_reasoning:
+            return self
+        why = f"{self.model!r} is a reasoning model"
+        if self.reasoning is None:
+            why += " (by its name; teacher.options.reasoning: false says otherwise)"
+        if self.max_tokens_field == "max_tokens":
+            raise TeacherSettingsError(
+                f"{why} and refuses max_tokens: set teacher.options.max_tokens_field to "
+                "max_completion_tokens (or leave it unset)"
+            )
+        if self.max_tokens < MIN_REASONING_TOKENS:
+            raise TeacherSettingsError(
+                f"{why}: teacher.options.max_tokens {self.max_tokens} leaves no room for its "
+                f"hidden reasoning; set it to at least {MIN_REASONING_TOKENS}"
+            )
+        return self
+
+    def request_kwargs(self) -> dict[str, Any]:
+        """What every request sends besides the model and the messages."""
+        kwargs: dict[str, Any] = {self.budget_field: self.max_tokens}
+        if not self.is_reasoning:
+            if self.temperature is not None:
+                kwargs["temperature"] = self.temperature
+            if self.top_p is not None:
+                kwargs["top_p"] = self.top_p
+        if self.seed is not None:
+            kwargs["seed"] = self.seed
+        if self.extra_body:
+            kwargs["extra_body"] = dict(self.extra_body)
+        return kwargs
+
+
+#: a request setting a server may refuse -> the teacher option that changes it
+REFUSABLE_SETTINGS = {
+    "temperature": "teacher.options.temperature: null (or reasoning: true)",
+    "top_p": "teacher.options.top_p: null (or reasoning: true)",
+    "max_tokens": "teacher.options.max_tokens_field: max_completion_tokens (or reasoning: true)",
+    "max_completion_tokens": "teacher.options.max_tokens_field: max_tokens",
+    "seed": "teacher.options.seed: null",
+}
 
 
 def _sha(payload: Any) -> str:
@@ -476,7 +577,7 @@ class OpenAITeacher(Teacher):
             concurrency=1,
             timeout=s.timeout,
             retry=retry,
-            max_tokens_field=s.max_tokens_field,
+            max_tokens_field=s.budget_field,
             extra_body=s.extra_body,
             client=client,
             **extra,
@@ -488,16 +589,67 @@ class OpenAITeacher(Teacher):
         return f"openai:{self.settings.model}"
 
     def params_key(self) -> dict[str, Any]:
+        """What the answer depends on besides the frame, the prompt and the model: the request
+        settings as sent."""
         s = self.settings
         return {
-            "temperature": s.temperature,
-            "top_p": s.top_p,
-            "max_tokens": s.max_tokens,
-            "seed": s.seed,
+            **self.settings.request_kwargs(),
             "image_scale": s.image_scale,
             "image_size": s.image_size,
-            "extra_body": s.extra_body,
         }
+
+    def request(self, observation: Any) -> dict[str, Any]:
+        """One request with this teacher's settings: the answer's text, finish reason, usage."""
+        response = self.policy.create_with_retries(
+            self.policy.messages(observation), self.settings.request_kwargs()
+        )
+        choice = response.choices[0]
+        usage = getattr(response, "usage", None)
+        return {
+            "text": choice.message.content or "",
+            "finish_reason": choice.finish_reason,
+            "usage": {
+                name: int(getattr(usage, name, 0) or 0)
+                for name in ("prompt_tokens", "completion_tokens", "total_tokens")
+            }
+            if usage is not None
+            else {},
+        }
+
+    def probe(self) -> dict[str, Any]:
+        """One request on a blank frame before any work: the server accepts these settings
+        and the budget leaves room for an answer. Raises :class:`TeacherSettingsError` naming
+        the setting to change."""
+        from odyssey_core.envs.base import Observation
+        from odyssey_core.policy.openai_backend import OpenAIBackendError
+
+        blank = np.full((SCREEN_H, SCREEN_W, 3), 255, dtype=np.uint8)
+        try:
+            answer = self.request(Observation(image=blank, text=build_turn_text("1-1")))
+        except OpenAIBackendError as error:
+            if error.status_code not in (400, 422):
+                raise
+            message = str(error)
+            named = [hint for name, hint in REFUSABLE_SETTINGS.items() if f"'{name}'" in message]
+            named = (
+                named or [hint for name, hint in REFUSABLE_SETTINGS.items() if name in message][:1]
+            )
+            change = f"; change {' and '.join(named)}" if named else ""
+            raise TeacherSettingsError(
+                f"the teacher's probe request was refused: {message}{change}"
+            ) from error
+        if answer["finish_reason"] == "length" or not answer["text"].strip():
+            raise TeacherSettingsError(
+                f"the teacher's probe answer was cut off at teacher.options.max_tokens "
+                f"{self.settings.max_tokens} (finish reason {answer['finish_reason']!r}, "
+                f"{answer['usage'].get('completion_tokens', '?')} completion tokens): raise it"
+                + (
+                    f" (reasoning models need at least {MIN_REASONING_TOKENS})"
+                    if not self.settings.is_reasoning
+                    else ""
+                )
+            )
+        return answer
 
     def cache_key(self, frame_hash: str, turn_text: str) -> str:
         prompt_hash = _sha([self.system_prompt, turn_text])
@@ -524,7 +676,6 @@ class OpenAITeacher(Teacher):
 
     def _one(self, frame: SampledFrame, frames_root: Path) -> Annotation:
         from odyssey_core.envs.base import Observation
-        from odyssey_core.policy.base import GenerationParams
         from odyssey_core.protocol import parse_response
 
         turn_text = build_turn_text(frame.level)
@@ -534,20 +685,14 @@ class OpenAITeacher(Teacher):
             entry = json.loads(path.read_text())
             cached = True
         else:
-            s = self.settings
             image = np.asarray(Image.open(frames_root / frame.frame).convert("RGB"))
-            params = GenerationParams(
-                temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_tokens, seed=s.seed
-            )
-            generation = self.policy.generate([Observation(image=image, text=turn_text)], params)[0]
+            answer = self.request(Observation(image=image, text=turn_text))
             entry = {
                 "key": key,
                 "frame_hash": frame.frame_hash,
-                "model": s.model,
+                "model": self.settings.model,
                 "params": self.params_key(),
-                "text": generation.text,
-                "finish_reason": generation.extra.get("finish_reason"),
-                "usage": generation.extra.get("usage", {}),
+                **answer,
                 "created": time.time(),
             }
             write_bytes_atomic(path, json.dumps(entry, sort_keys=True).encode())
@@ -672,3 +817,12 @@ def annotate_frames(
             f"(first error: {first}); the rest are saved, rerun to retry the failed ones"
         ) from cause
     return rows, metrics
+
+
+def probe_teacher(config: TeacherConfig, game: str = "odland") -> dict[str, Any] | None:
+    """One request with an API teacher's settings before curation starts (see
+    :meth:`OpenAITeacher.probe`); None for a teacher that sends no requests."""
+    teacher = make_teacher(config, game=game)
+    if not isinstance(teacher, OpenAITeacher):
+        return None
+    return teacher.probe()

@@ -20,8 +20,11 @@ from odyssey_core.data.teachers import (
     TeacherConfig,
     TeacherError,
     TeacherRefusal,
+    TeacherSettingsError,
     annotate_frames,
+    is_reasoning_model,
     make_teacher,
+    probe_teacher,
 )
 from odyssey_core.data.walkthroughs import RecordConfig, record_walkthrough
 from odyssey_core.protocol import format_response, parse_response
@@ -233,16 +236,16 @@ def test_openai_teacher_survives_a_crash_and_exhausted_retries(sampled, tmp_path
     frames = frames[:6]
     with _Stub(faults=()) as stub:
         teacher = _teacher(stub.url, tmp_path / "cache", concurrency=1)
-        original = teacher.policy.generate
+        original = teacher.policy.create_with_retries
         calls = {"n": 0}
 
-        def crashing(observations, params=None):
+        def crashing(messages, kwargs):
             calls["n"] += 1
             if calls["n"] > 3:
                 raise KeyboardInterrupt("simulated crash")
-            return original(observations, params)
+            return original(messages, kwargs)
 
-        teacher.policy.generate = crashing
+        teacher.policy.create_with_retries = crashing
         with pytest.raises(KeyboardInterrupt):
             annotate_frames(teacher, frames, root, tmp_path)
         assert stub.total == 3
@@ -282,3 +285,172 @@ def test_openai_teacher_against_the_project_server(sampled, tiny_policy, tmp_pat
             tmp_path,
         )
         assert again["cache_hits"] == 2 and again["requests"] == 0
+
+
+# ---------------------------------------------------------------- a reasoning model (like o3)
+#: what o3 answers when a request sets a sampling parameter it does not support
+O3_REFUSAL = "Unsupported parameter: '{name}' is not supported with this model."
+#: completion tokens the fake model spends reasoning before it writes its answer
+REASONING_TOKENS = 2000
+
+
+class _ReasoningStub:
+    """An OpenAI-compatible endpoint that behaves like o3: it refuses ``temperature``,
+    ``top_p`` and ``max_tokens`` with HTTP 400, and spends ``REASONING_TOKENS`` hidden tokens
+    before answering, so a smaller ``max_completion_tokens`` ends with no text and finish
+    reason ``length``. It records every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def reply(self, status: int, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stub.bodies.append(body)
+                for name in ("temperature", "top_p", "max_tokens"):
+                    if name in body:
+                        message = O3_REFUSAL.format(name=name)
+                        if name == "max_tokens":
+                            message += " Use 'max_completion_tokens' instead."
+                        error = {"message": message, "type": "invalid_request_error"}
+                        self.reply(400, {"error": {**error, "param": name}})
+                        return
+                budget = int(body.get("max_completion_tokens", 10**6))
+                cut = budget < REASONING_TOKENS + 50
+                text = "" if cut else format_response("A hero.", "Go right.", ("right",))
+                used = budget if cut else REASONING_TOKENS + 50
+                self.reply(
+                    200,
+                    {
+                        "id": "r",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body["model"],
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "length" if cut else "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                        "usage": {
+                            "prompt_tokens": 900,
+                            "completion_tokens": used,
+                            "total_tokens": 900 + used,
+                        },
+                    },
+                )
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> _ReasoningStub:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_reasoning_model_is_sent_no_temperature_and_a_completion_budget(
+    sampled, tmp_path: Path
+) -> None:
+    frames, root = sampled
+    with _ReasoningStub() as stub:
+        teacher = _teacher(stub.url, tmp_path / "cache", model="o3", max_tokens=8192)
+        assert teacher.probe()["finish_reason"] == "stop"
+        rows, metrics = annotate_frames(teacher, frames[:3], root, tmp_path)
+    assert len(rows) == 3 and metrics["requests"] == 3 and not metrics["failures"]
+    assert all(r["buttons"] == ["right"] for r in rows)
+    assert len(stub.bodies) == 4  # the probe, then one request per frame
+    for body in stub.bodies:
+        assert body["max_completion_tokens"] == 8192 and body["seed"] == 0
+        assert not {"temperature", "top_p", "max_tokens"} & set(body)
+
+
+def test_a_reasoning_model_with_the_old_defaults_fails_naming_the_budget(tmp_path: Path) -> None:
+    assert is_reasoning_model("o3") and is_reasoning_model("openai/o4-mini")
+    assert is_reasoning_model("gpt-5") and not is_reasoning_model("gpt-4o")
+    with pytest.raises(ValueError, match=r"teacher.options.max_tokens 512 .* at least 4096"):
+        _teacher("http://127.0.0.1:9/v1", tmp_path / "cache", model="o3")
+    with pytest.raises(ValueError, match="max_tokens_field to max_completion_tokens"):
+        _teacher(
+            "http://127.0.0.1:9/v1",
+            tmp_path / "cache",
+            model="o3",
+            max_tokens=8192,
+            max_tokens_field="max_tokens",
+        )
+    # a name that does not look like one: the teacher asks as for any other model
+    plain = _teacher("http://127.0.0.1:9/v1", tmp_path / "cache", model="gpt-4o")
+    assert plain.settings.request_kwargs() == {
+        "max_tokens": 512,
+        "temperature": 0.2,
+        "top_p": 1.0,
+        "seed": 0,
+    }
+
+
+def test_the_probe_names_the_setting_a_reasoning_server_refuses(tmp_path: Path) -> None:
+    """A served name that hides the model (a gateway alias): only the probe can tell."""
+    alias = {"model": "teacher-alias"}
+    with _ReasoningStub() as stub:
+        steps = [
+            ({}, "teacher.options.temperature: null"),
+            ({"temperature": None, "top_p": None}, "max_tokens_field: max_completion_tokens"),
+            (
+                {"temperature": None, "top_p": None, "max_tokens_field": "max_completion_tokens"},
+                r"cut off at teacher.options.max_tokens 512 .* at least 4096",
+            ),
+        ]
+        for options, named in steps:
+            teacher = _teacher(stub.url, tmp_path / "cache", **alias, **options)
+            with pytest.raises(TeacherSettingsError, match=named):
+                teacher.probe()
+        assert len(stub.bodies) == 3  # one request per probe, no retries of a refusal
+        fixed = _teacher(stub.url, tmp_path / "cache", **alias, reasoning=True, max_tokens=4096)
+        assert fixed.probe()["text"]
+
+
+def test_curation_probes_the_teacher_before_recording(tmp_path: Path) -> None:
+    from odyssey_core.data.cli import curate, load_curate_config
+
+    with _ReasoningStub() as stub:
+        options = {"model": "teacher-alias", "base_url": stub.url, "api_key_env": None}
+        config = load_curate_config("tiny", {"teacher": {"name": "openai", "options": options}})
+        with pytest.raises(TeacherSettingsError, match=r"teacher\.options\.temperature"):
+            curate(config, tmp_path / "out")
+        assert len(stub.bodies) == 1
+    assert not (tmp_path / "out" / "walkthroughs").exists()  # nothing was recorded
+    assert probe_teacher(load_curate_config("tiny").teacher) is None  # no requests to make
+
+
+def test_the_early_check_names_a_budget_too_small_for_the_teachers_model() -> None:
+    from odyssey_core.data.cli import curate_problems, load_curate_config
+
+    environ = {
+        "ODYSSEY_TEACHER_MODEL": "o3",
+        "ODYSSEY_TEACHER_BASE_URL": "http://127.0.0.1:9/v1",
+        "ODYSSEY_TEACHER_API_KEY": "k",
+    }
+    assert curate_problems(load_curate_config("paper"), environ) == []
+    small = load_curate_config("paper", {"teacher": {"options": {"max_tokens": 512}}})
+    (problem,) = curate_problems(small, environ)
+    assert "'o3' is a reasoning model" in problem and "at least 4096" in problem
