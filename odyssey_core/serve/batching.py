@@ -98,6 +98,7 @@ class Batcher:
         self._histogram: Counter[int] = Counter()
         self.requests = 0
         self.rejected = 0
+        self.abandoned_jobs = 0  # jobs dropped or stopped because nobody waited for them any more
         self.weights_version = 0
         self.in_flight = 0  # admitted requests not answered yet
         self._seconds_per_batch = 1.0  # running mean, for Retry-After
@@ -215,6 +216,7 @@ class Batcher:
         return jobs
 
     def _drop(self, job: Job) -> None:
+        self.abandoned_jobs += 1
         if not job.future.done():
             if self._stopping:
                 job.future.set_exception(shutting_down_error())
@@ -233,11 +235,9 @@ class Batcher:
                 for params, group in groups.items():
                     await self._run_group(params, group)
                 for job in jobs:
-                    if job.future.done():
-                        continue
                     if job.abandoned():
                         self._drop(job)
-                    else:
+                    elif not job.future.done():
                         job.future.set_result((job.generations, version))
 
     async def _run_group(self, params: GenerationParams, group: list[Job]) -> None:
@@ -291,6 +291,7 @@ class Batcher:
         return {
             "requests": self.requests,
             "rejected": self.rejected,
+            "abandoned": self.abandoned_jobs,
             "in_flight": self.in_flight,
             "queued": 0 if self._queue is None else self._queue.qsize(),
             "batches": sum(self._histogram.values()),
