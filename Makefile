@@ -25,8 +25,9 @@ export GX_ANALYTICS_ENABLED := false
 .PHONY: demo test setup system-deps rom rom-check rom-update lint format bench clean
 
 # The search expert finishes odland 1-1 on video, then the whole Odysseus pipeline runs as the
-# train-odysseus Prefect flow on configs/pipeline/demo.yaml: curate -> SFT -> RL -> evaluate ->
-# promote, sized so that the tiny model learns enough on a CPU to become the first champion.
+# train-odysseus Prefect flow on configs/odysseus/pipeline/demo.yaml: curate -> SFT -> RL ->
+# evaluate -> promote, sized so that the tiny model learns enough on a CPU to become the first
+# champion.
 DEMO_PRESET ?= demo
 DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
 demo: setup

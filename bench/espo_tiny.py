@@ -4,7 +4,7 @@ Per training seed (``--seeds``):
 
 1. SFT cold start: ``--sft-epochs`` epochs on the demonstrations of the tiny preset's training
    split (dataset seed 0), the tiny pipeline's SFT settings. This model is "SFT only".
-2. From it, vanilla GRPO (``configs/espo_pipeline/variants/vanilla_grpo.yaml``: step rewards,
+2. From it, vanilla GRPO (``configs/espo/pipeline/variants/vanilla_grpo.yaml``: step rewards,
    shuffled steps) and ESPO (``configs/espo/tiny.yaml``: A_step + w * A_COUT, the episodic
    sampler) train **interleaved**, one step each in turn, until each has spent ``--budget-s``
    seconds of its own step time, so CPU noise hits both alike and the budget is the same.

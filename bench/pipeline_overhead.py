@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/pipeline_overhead.py [--rounds 2] [--target 1.10] [--keep DIR]
 
-Runs the whole tiny pipeline (``configs/pipeline/tiny.yaml``: 20 frames, 4 SFT steps, 1 RL
+Runs the whole tiny pipeline (``configs/odysseus/pipeline/tiny.yaml``: 20 frames, 4 SFT steps, 1 RL
 step, 2 eval runs of 3 turns) two ways, each from scratch in a fresh run_dir and a fresh
 Python process, in interleaved rounds (direct, flow, flow, direct, ...):
 

@@ -30,7 +30,7 @@ from tasks.espo import (
 def train_espo_flow(
     preset: str = "tiny", overrides: dict[str, Any] | None = None, variant: str | None = None
 ) -> dict[str, Any]:
-    """Train (configs/espo_pipeline/<preset>.yaml, with a paper ``variant`` laid over it),
+    """Train (configs/espo/pipeline/<preset>.yaml, with a paper ``variant`` laid over it),
     evaluate, register and gate."""
     cfg = load_espo_pipeline_config(preset, overrides, variant=variant)
     results: dict[str, dict[str, Any]] = {}

@@ -19,7 +19,7 @@ from tasks.gtr import gtr_evaluate_task, gtr_register_task, gtr_sft_task, gtr_tr
 
 @flow(name="train-gtr", log_prints=True)
 def train_gtr_flow(preset: str = "tiny", overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train (configs/gtr_pipeline/<preset>.yaml), evaluate, register and gate."""
+    """Train (configs/gtr/pipeline/<preset>.yaml), evaluate, register and gate."""
     cfg = load_gtr_pipeline_config(preset, overrides)
     results: dict[str, dict[str, Any]] = {}
     with parent_run(cfg, "train-gtr") as parent:

@@ -128,5 +128,7 @@ if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description="Run the train-odysseus flow on a preset.")
-    parser.add_argument("--preset", default="tiny", help="a name under configs/pipeline/ or a path")
+    parser.add_argument(
+        "--preset", default="tiny", help="a name under configs/odysseus/pipeline/ or a path"
+    )
     train_odysseus_flow(preset=parser.parse_args().preset)

@@ -37,12 +37,13 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
+from odyssey_core.config import reject_renamed_keys
 
 if TYPE_CHECKING:
     from odyssey_core.registry.artifacts import ArtifactStore
@@ -53,9 +54,11 @@ __all__ = [
     "DONE_MARKER",
     "GateOutcome",
     "PipelineSection",
+    "PromotionStage",
     "RunConfig",
     "Stage",
     "StageContext",
+    "StagePreset",
     "advance",
     "fetch",
     "fetch_json",
@@ -85,9 +88,43 @@ DONE_MARKER = "done.json"
 
 
 class PipelineSection(BaseModel):
-    """A section of a pipeline config: unknown keys are errors."""
+    """A section of a pipeline config: unknown keys are errors, and a key the section renamed
+    (``renamed_keys``: dotted old path -> what replaces it) fails naming its replacement."""
 
     model_config = ConfigDict(extra="forbid")
+    renamed_keys: ClassVar[Mapping[str, str]] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_renamed_keys(cls, data: Any) -> Any:
+        reject_renamed_keys(data, cls.renamed_keys)
+        return data
+
+
+class StagePreset(PipelineSection):
+    """A stage that runs a library preset: its name (under the recipe's folder of
+    ``configs/``) or a YAML path, and nested overrides laid over it."""
+
+    preset: str = Field(default="tiny", description="a preset name or a YAML path")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict, description="nested keys laid over the preset"
+    )
+
+
+class PromotionStage(PipelineSection):
+    """The promotion gate (``promotion:``): how far a candidate must beat the champion (or the
+    base model), at which significance, and how far the champion may fall at night."""
+
+    margin: float | None = Field(default=None, ge=0, description="None: registry settings")
+    alpha: float | None = Field(
+        default=None, gt=0, lt=1, description="the gate's significance; None: registry settings"
+    )
+    nightly_margin: float = Field(
+        default=0.0,
+        ge=0,
+        description="how far below its recorded score the champion may fall at night before "
+        "the nightly run fails and alerts",
+    )
 
 
 class RunConfig(PipelineSection):

@@ -212,7 +212,7 @@ def test_odland_tiny_deployment_runs_on_a_process_worker(tmp_path: Path) -> None
         try:
             _cli(env, "work-pool", "create", POOL, "--type", "process")
             _cli(env, "--no-prompt", "deploy", "--name", "odland-tiny")
-            # configs/pipeline/tiny.yaml is the minimal budget (as in
+            # configs/odysseus/pipeline/tiny.yaml is the minimal budget (as in
             # tests/recipes/odysseus/test_pipeline.py); the only override is the private run_dir
             params = {"preset": "tiny", "overrides": {"run_dir": str(run_dir)}}
             out = _cli(env, "deployment", "run", DEPLOYMENT, "--params", json.dumps(params))

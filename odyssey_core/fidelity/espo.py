@@ -8,7 +8,7 @@ training seed:
    tiny pipeline's SFT settings: the ``sft_only`` model. ``all_sft`` is the pipeline's
    ``all_sft`` variant: the same SFT with more epochs, no RL.
 2. From the cold start, each RL variant (``vanilla_grpo``, ``espo``, ``no_cout``, ``no_phi``,
-   ``no_psi``; ``configs/espo_pipeline/variants/``) trains for the same number of RL steps, so
+   ``no_psi``; ``configs/espo/pipeline/variants/``) trains for the same number of RL steps, so
    seeds and variants are compared at equal work, whatever the CPU's load.
 3. Every model answers the demonstrated steps of a held-out dataset (the tiny preset generated
    with another dataset seed: other users, other catalogues) greedily; the metrics are
@@ -617,7 +617,7 @@ def run_espo(run: FidelityRun) -> FidelityReport:
         f"Each RL variant ({', '.join(LABELS[v] for v in RL_VARIANTS)}) trains {steps} RL "
         f"step(s) from the cold start: one demonstrated episode x G = {sizes.samples_per_step} "
         f"samples per step, at most {sizes.max_new_tokens} new tokens, the tiny preset's loss "
-        "and learning rate; variants are configs/espo_pipeline/variants/*.yaml. The budget is "
+        "and learning rate; variants are configs/espo/pipeline/variants/*.yaml. The budget is "
         "RL steps, not seconds, so seeds and variants do equal work; wall seconds are recorded.",
         f"Evaluation: {n_eval} held-out episodes (the tiny preset with dataset seed "
         f"{EVAL_DATA_SEED}: other users and catalogues), every demonstrated step answered "

@@ -58,9 +58,11 @@ from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
 from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
 from odyssey_core.stages import (
     PipelineSection,
+    PromotionStage,
     RunConfig,
     Stage,
     StageContext,
+    StagePreset,
     fetch,
     fetch_json,
     nightly_plan,
@@ -130,10 +132,10 @@ class EspoSFTStage(PipelineSection):
     )
 
 
-class EspoTrainStage(PipelineSection):
+class EspoTrainStage(StagePreset):
+    """The ESPO stage: a preset under ``configs/espo/`` (or a YAML path) and overrides."""
+
     enabled: bool = Field(default=True, description="false: the SFT-only variants")
-    preset: str = Field(default="tiny", description="a preset under configs/espo/ or a YAML path")
-    overrides: dict[str, Any] = Field(default_factory=dict)
 
 
 class EspoEvalStage(PipelineSection):
@@ -154,17 +156,14 @@ class EspoEvalStage(PipelineSection):
     )
 
 
-class EspoPromotionStage(PipelineSection):
+class EspoPromotionStage(PromotionStage):
     metric: Literal["step_sr", "rec_acc", "ele_acc"] = Field(
         default="step_sr", description="the per-episode score the gate compares"
     )
-    margin: float | None = Field(default=None, ge=0)
-    alpha: float | None = Field(default=None, gt=0, lt=1)
-    nightly_margin: float = Field(default=0.0, ge=0)
 
 
 class EspoPipelineConfig(RunConfig):
-    """One ESPO pipeline run (``configs/espo_pipeline/*.yaml``)."""
+    """One ESPO pipeline run (``configs/espo/pipeline/*.yaml``)."""
 
     name: str = "espo-tiny"
     game: str = Field(default="espo-all", description="registered model <prefix>-<game>")
@@ -176,8 +175,10 @@ class EspoPipelineConfig(RunConfig):
     promotion: EspoPromotionStage = EspoPromotionStage()
 
 
-#: the paper's variants: overlays under ``configs/espo_pipeline/variants/``
-VARIANTS_DIR = "espo_pipeline/variants"
+#: where the pipeline presets live under ``configs/``
+PIPELINE_DIR = "espo/pipeline"
+#: the paper's variants: overlays under ``configs/espo/pipeline/variants/``
+VARIANTS_DIR = f"{PIPELINE_DIR}/variants"
 
 
 def variant_overlay(variant: str) -> dict[str, Any]:
@@ -192,9 +193,9 @@ def variant_overlay(variant: str) -> dict[str, Any]:
 
 
 def sweep_overlays(sweep: str = "epochs_k") -> dict[str, dict[str, Any]]:
-    """The cells of a sweep under ``configs/espo_pipeline/sweeps/`` (paper Fig. 6: epochs x k),
+    """The cells of a sweep under ``configs/espo/pipeline/sweeps/`` (paper Fig. 6: epochs x k),
     each as a name and an overlay of the training preset."""
-    path = config_dir() / "espo_pipeline" / "sweeps" / f"{sweep}.yaml"
+    path = config_dir() / PIPELINE_DIR / "sweeps" / f"{sweep}.yaml"
     grid = read_preset(path)
     return {
         f"epochs{e}-k{k:g}": {"train": {"overrides": {"epochs": e, "advantage": {"k": k}}}}
@@ -209,11 +210,16 @@ def load_espo_pipeline_config(
     *,
     variant: str | None = None,
 ) -> EspoPipelineConfig:
-    """A preset name under ``configs/espo_pipeline/`` or a YAML path, a paper ``variant`` laid
+    """A preset name under ``configs/espo/pipeline/`` or a YAML path, a paper ``variant`` laid
     over it, then nested overrides."""
     layers = deep_merge(variant_overlay(variant) if variant else {}, dict(overrides or {}))
     return load_preset(
-        EspoPipelineConfig, preset, layers, kind="espo_pipeline", what="ESPO pipeline"
+        EspoPipelineConfig,
+        preset,
+        layers,
+        kind=PIPELINE_DIR,
+        what="ESPO pipeline",
+        moved_from="espo_pipeline",
     )
 
 

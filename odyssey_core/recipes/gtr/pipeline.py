@@ -48,9 +48,11 @@ from pydantic import Field, model_validator
 from odyssey_core.config import deep_merge, load_preset
 from odyssey_core.stages import (
     PipelineSection,
+    PromotionStage,
     RunConfig,
     Stage,
     StageContext,
+    StagePreset,
     fetch,
     fetch_json,
     nightly_plan,
@@ -148,11 +150,6 @@ class GTRSFTStage(PipelineSection):
         return self
 
 
-class GTRTrainStage(PipelineSection):
-    preset: str = Field(default="tiny", description="a preset under configs/gtr/ or a YAML path")
-    overrides: dict[str, Any] = Field(default_factory=dict)
-
-
 class GTREvalStage(PipelineSection):
     episodes: int = Field(default=16, ge=2, description="episodes per evaluated model")
     seed: int = Field(
@@ -169,17 +166,9 @@ class GTREvalStage(PipelineSection):
     )
 
 
-class GTRPromotionStage(PipelineSection):
+class GTRPromotionStage(PromotionStage):
     metric: Literal["return", "success"] = Field(
         default="return", description="the per-episode sample the gate compares"
-    )
-    margin: float | None = Field(default=None, ge=0, description="None: registry settings")
-    alpha: float | None = Field(default=None, gt=0, lt=1)
-    nightly_margin: float = Field(
-        default=0.0,
-        ge=0,
-        description="how far below its recorded score the champion may fall at night before "
-        "the nightly run fails and alerts",
     )
 
 
@@ -188,14 +177,16 @@ GTR_SCORE_KEYS = {"return": "mean_return", "success": "success_rate"}
 
 
 class GTRPipelineConfig(RunConfig):
-    """One GTR pipeline run (``configs/gtr_pipeline/*.yaml``)."""
+    """One GTR pipeline run (``configs/gtr/pipeline/*.yaml``)."""
 
     name: str = "gtr-tiny"
     game: str = Field(default="gtr-numberline", description="registered model <prefix>-<game>")
     run_dir: Path = Path("out/gtr/tiny")
     experiment: str = "odyssey/train_gtr"
     sft: GTRSFTStage = GTRSFTStage()
-    train: GTRTrainStage = GTRTrainStage()
+    train: StagePreset = Field(
+        default=StagePreset(), description="the GTR stage: a preset under configs/gtr/"
+    )
     eval: GTREvalStage = GTREvalStage()
     promotion: GTRPromotionStage = GTRPromotionStage()
 
@@ -203,9 +194,14 @@ class GTRPipelineConfig(RunConfig):
 def load_gtr_pipeline_config(
     preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> GTRPipelineConfig:
-    """A preset name under ``configs/gtr_pipeline/`` or a YAML path, plus nested overrides."""
+    """A preset name under ``configs/gtr/pipeline/`` or a YAML path, plus nested overrides."""
     return load_preset(
-        GTRPipelineConfig, preset, dict(overrides or {}), kind="gtr_pipeline", what="GTR pipeline"
+        GTRPipelineConfig,
+        preset,
+        dict(overrides or {}),
+        kind="gtr/pipeline",
+        what="GTR pipeline",
+        moved_from="gtr_pipeline",
     )
 
 

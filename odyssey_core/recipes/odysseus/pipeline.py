@@ -30,7 +30,7 @@ import shutil
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -38,9 +38,11 @@ from odyssey_core.config import config_dir, deep_merge, load_preset
 from odyssey_core.stages import (
     DONE_MARKER,
     PipelineSection,
+    PromotionStage,
     RunConfig,
     Stage,
     StageContext,
+    StagePreset,
     advance,
     fetch,
     fetch_json,
@@ -93,13 +95,6 @@ SCORE_KEY = "eval.mean_progress"  # the registered-version metric nightly-eval c
 # -- configuration ------------------------------------------------------------------------------
 
 
-class StagePreset(PipelineSection):
-    """A library preset (name or YAML path) plus overrides merged over it."""
-
-    preset: str = "tiny"
-    overrides: dict[str, Any] = Field(default_factory=dict)
-
-
 class SFTStage(StagePreset):
     base_model: str | None = Field(
         default=None, description="a local model folder; null: build the tiny Qwen3-VL (seed 0)"
@@ -116,20 +111,16 @@ class EvalStage(PipelineSection):
     vector: str = "sync"
 
 
-class PromotionStage(PipelineSection):
-    margin: float | None = Field(default=None, ge=0, description="None: registry settings")
-    alpha: float | None = Field(default=None, gt=0, lt=1)
-    nightly_margin: float = Field(
-        default=0.0, ge=0, description="nightly-eval fails when the champion drops more"
-    )
-
-
 class PipelineConfig(RunConfig):
-    """One Odysseus pipeline run (``configs/pipeline/*.yaml``)."""
+    """One Odysseus pipeline run (``configs/odysseus/pipeline/*.yaml``)."""
+
+    renamed_keys: ClassVar[Mapping[str, str]] = {"rl": "train"}
 
     curate: StagePreset = StagePreset()
     sft: SFTStage = SFTStage()
-    rl: StagePreset = StagePreset()
+    train: StagePreset = Field(
+        default=StagePreset(), description="the RL stage: a preset under configs/odysseus/"
+    )
     eval: EvalStage = EvalStage()
     promotion: PromotionStage = PromotionStage()
 
@@ -137,9 +128,15 @@ class PipelineConfig(RunConfig):
 def load_pipeline_config(
     preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> PipelineConfig:
-    """A preset name under ``configs/pipeline/`` or a YAML path, plus nested overrides."""
+    """A preset name under ``configs/odysseus/pipeline/`` or a YAML path, plus nested
+    overrides."""
     return load_preset(
-        PipelineConfig, preset, dict(overrides or {}), kind="pipeline", what="pipeline"
+        PipelineConfig,
+        preset,
+        dict(overrides or {}),
+        kind="odysseus/pipeline",
+        what="pipeline",
+        moved_from="pipeline",
     )
 
 
@@ -153,8 +150,8 @@ def _rl_preset_path(preset: str) -> Path:
 def _rl_settings(cfg: PipelineConfig, overrides: Mapping[str, Any] | None = None) -> Any:
     from odyssey_core.recipes.odysseus.settings import load_train_settings
 
-    merged = deep_merge(cfg.rl.overrides, dict(overrides or {}))
-    return load_train_settings(_rl_preset_path(cfg.rl.preset), merged)
+    merged = deep_merge(cfg.train.overrides, dict(overrides or {}))
+    return load_train_settings(_rl_preset_path(cfg.train.preset), merged)
 
 
 def pipeline_inference(cfg: PipelineConfig) -> Any:
@@ -162,7 +159,7 @@ def pipeline_inference(cfg: PipelineConfig) -> Any:
     generation settings (:class:`~odyssey_core.eval.inference.InferenceSettings`)."""
     from odyssey_core.eval.inference import InferenceSettings
 
-    source = f"RL preset {cfg.rl.preset}" + (" with overrides" if cfg.rl.overrides else "")
+    source = f"RL preset {cfg.train.preset}" + (" with overrides" if cfg.train.overrides else "")
     return InferenceSettings.from_training(_rl_settings(cfg), source=source)
 
 
@@ -659,7 +656,7 @@ def stage_rl(
         cfg,
         "rl",
         body,
-        config=[cfg.rl.model_dump(mode="json")],
+        config=[cfg.train.model_dump(mode="json")],
         inputs={"model": model_uri},
         parent_run_id=parent_run_id,
     )

@@ -27,7 +27,7 @@ CURATION_TASKS = ("record-walkthroughs", "sample-frames", "annotate", "validate"
 
 
 def tiny(run_dir: Path) -> PipelineConfig:
-    # configs/pipeline/tiny.yaml is already minimal: 20 frames, 4 SFT steps, 1 RL step,
+    # configs/odysseus/pipeline/tiny.yaml is already minimal: 20 frames, 4 SFT steps, 1 RL step,
     # 2 eval runs of 3 turns
     return load_pipeline_config("tiny", {"run_dir": str(run_dir)})
 
@@ -64,7 +64,7 @@ def test_presets_load() -> None:
     tiny_cfg = load_pipeline_config("tiny")
     assert tiny_cfg.game == "odland" and tiny_cfg.eval.runs == 2
     paper = load_pipeline_config("paper")
-    assert paper.game == "mario" and paper.rl.preset == "paper"
+    assert paper.game == "mario" and paper.train.preset == "paper"
     assert paper.store_uri.startswith("file://") and paper.mlflow_uri.startswith("sqlite:///")
     with pytest.raises(ValueError):
         load_pipeline_config("tiny", {"typo": 1})
