@@ -14,8 +14,9 @@ DEMO_OUT ?= out
 # sdcc builds the odland ROM; cmake, g++ and make compile the alfworld extra's engines
 # (fast-downward-textworld and jericho ship as source); chromium (headless, driven by Playwright
 # at /usr/bin/chromium) and chromium-driver render the persona app in a real browser for the
-# renderer parity check. No tool downloads a browser of its own.
-APT_PACKAGES := sdcc cmake g++ make chromium chromium-driver
+# renderer parity check. No tool downloads a browser of its own. curl sends README's example
+# request to a served model.
+APT_PACKAGES := sdcc cmake g++ make chromium chromium-driver curl
 TORCH ?= torch==2.13.0
 STAMP := $(VENV)/.odyssey-installed
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -30,6 +31,9 @@ export GX_ANALYTICS_ENABLED := false
 # champion.
 DEMO_PRESET ?= demo
 DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
+# One thread per process: the tiny model's matmuls are too small to share, and on a busy
+# 2-core machine threads waiting on each other make them many times slower.
+demo: export OMP_NUM_THREADS = 1
 demo: setup
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
 	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
@@ -38,6 +42,7 @@ demo: setup
 	@echo "Where to look:"
 	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"
 	@echo "  pipeline run:    $(DEMO_RUN)/ (stage folders, artifacts/, evaluate/ report)"
+	@echo "  report:          $(DEMO_RUN)/evaluate/candidate/report/report.md (base, sft, candidate)"
 	@echo "  MLflow UI:       $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(DEMO_RUN)/mlflow.db"
 	@echo "  model registry:  $(VENV)/bin/odyssey registry --tracking-uri sqlite:///$(DEMO_RUN)/mlflow.db list"
 
