@@ -132,13 +132,26 @@ def group_params(request: ChatCompletionRequest) -> GenerationParams:
 
 def _check_supported(request: ChatCompletionRequest) -> None:
     if request.stream:
-        raise APIError(400, "stream=true is not supported by this server", param="stream")
+        raise APIError(
+            400,
+            "stream=true is not supported by this server",
+            param="stream",
+            code="unsupported_parameter",
+        )
     if request.top_logprobs:
-        raise APIError(400, "top_logprobs is not supported", param="top_logprobs")
+        raise APIError(
+            400,
+            "top_logprobs is not supported",
+            param="top_logprobs",
+            code="unsupported_parameter",
+        )
     for name in ("frequency_penalty", "presence_penalty"):
         if getattr(request, name):
             raise APIError(
-                400, f"{name} is not supported; use repetition_penalty instead", param=name
+                400,
+                f"{name} is not supported; use repetition_penalty instead",
+                param=name,
+                code="unsupported_parameter",
             )
 
 
@@ -279,13 +292,16 @@ def create_app(
         message = f"invalid request: {first.get('msg', 'malformed body')}"
         if location:
             message += f" (at {location})"
-        return APIError(400, message, param=location or None).response()
+        return APIError(
+            400, message, param=location or None, code="invalid_request_body"
+        ).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         # the router's own answers (no such route, wrong method) in the same error format
         kind = "not_found_error" if error.status_code == 404 else "invalid_request_error"
-        return APIError(error.status_code, str(error.detail), type=kind).response()
+        code = "not_found" if error.status_code == 404 else "invalid_request"
+        return APIError(error.status_code, str(error.detail), type=kind, code=code).response()
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, error: Exception) -> JSONResponse:
@@ -363,6 +379,7 @@ def create_app(
                 f"{name}={limit} is more than this server generates ({limits.max_tokens_limit}; "
                 "odyssey serve --max-completion-tokens)",
                 param=name,
+                code="max_tokens_too_large",
             )
         preparer.check_shape(request, limit)
         prepared = await _until(

@@ -82,8 +82,20 @@ def messages_to_chat(
             elif url is not None:
                 images.append(decode_data_url(url, param, max_image_pixels))
                 parts.append({"type": "image"})
+            elif part.type == "image_url":
+                raise APIError(
+                    400,
+                    'an image_url part needs image_url: {"url": "data:image/png;base64,..."}',
+                    param=param,
+                    code="invalid_image",
+                )
             else:
-                raise APIError(400, f"unsupported content part type {part.type!r}", param=param)
+                raise APIError(
+                    400,
+                    f"unsupported content part type {part.type!r}: use text or image_url",
+                    param=param,
+                    code="unsupported_content",
+                )
         chat.append({"role": role, "content": parts})
     return chat, images
 

@@ -148,7 +148,9 @@ class Guard:
         length = headers.get("content-length")
         if length is not None:
             if not length.strip().isdigit():
-                return APIError(400, "the Content-Length header is not a number")
+                return APIError(
+                    400, "the Content-Length header is not a number", code="invalid_header"
+                )
             if int(length) > self.max_body_bytes:
                 return self._too_large()
         chunks: list[bytes] = []

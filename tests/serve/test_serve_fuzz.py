@@ -1,7 +1,12 @@
 """`odyssey serve` under bad input and load, over real HTTP on loopback.
 
 * schemathesis generates requests from the server's own OpenAPI schema (a fixed example
-  budget per operation, a timeout per request): no 5xx, no hang.
+  budget per operation, a timeout per request): no 5xx, no hang, every error in OpenAI's
+  format. The schema it fuzzes is the served one with real values mixed into the generated
+  ones: the served model's name, real PNG images (small ones of any shape, a 196-megapixel
+  one, a 300:1 one, truncated and remote ones), real folders under the weights root (valid
+  weights, NaN weights, a shape mismatch, a FIFO named ``*.safetensors``, symlinks out of
+  the root, ``/etc``), so generation, image checks and weight reloads are all reached.
 * concurrent clients (threads) with distinct prompts each get the answer to their own prompt
   (the answer the same request gets alone, greedy), and the server's resident memory
   (``/proc/self/status``: the server runs in this process's thread) stays flat.
@@ -9,51 +14,166 @@
 
 from __future__ import annotations
 
+import base64
+import copy
+import io
+import os
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import model_fixtures
 import pytest
 import schemathesis
+import torch
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
+from PIL import Image
 from schemathesis.checks import not_a_server_error
 from schemathesis.generation import GenerationMode
 
+from odyssey_core.models.loading import load_model
+from odyssey_core.policy.hf import HFPolicy
+from odyssey_core.policy.weight_sync import export_weights, write_weights
+from odyssey_core.serve.app import ServeLimits, ServerThread, create_app
+
 tiny_model_dir = model_fixtures.tiny_model_dir
-tiny_policy = model_fixtures.tiny_policy
 
 KEY = "fuzz-key"
+ADMIN = "fuzz-admin-key"
 MODEL = "tiny-vl"
 REQUEST_TIMEOUT_S = 30
+LIMITS = ServeLimits(default_max_tokens=4, max_tokens_limit=8, max_image_pixels=256 * 256)
 
 
 @pytest.fixture(scope="module")
-def server(tiny_policy):
-    from odyssey_core.serve.app import ServerThread, create_app
+def weights_root(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Real folders of every kind a reload may be pointed at."""
+    base = tmp_path_factory.mktemp("fuzz-weights")
+    root, outside = base / "root", base / "outside"
+    named = {name: t.clone() for name, t in export_weights(load_model(tiny_model_dir))}
+    write_weights(named.items(), root / "base")
+    first = next(iter(named))
+    write_weights({**named, first: torch.zeros(3)}.items(), root / "shape")
+    poisoned = {**named, first: named[first].clone().fill_(float("nan"))}
+    write_weights(poisoned.items(), root / "nan")
+    write_weights(named.items(), outside / "weights")
+    (root / "link-out").symlink_to(outside / "weights", target_is_directory=True)
+    (root / "fifo").mkdir()
+    os.mkfifo(root / "fifo" / "model.safetensors")
+    (root / "empty").mkdir()
+    return root
 
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir: Path, weights_root: Path):
+    # Its own policy: the fuzzed reloads write into its weights.
     app = create_app(
-        tiny_policy,
+        HFPolicy(tiny_model_dir),
         MODEL,
         api_key=KEY,
+        admin_key=ADMIN,
         max_batch_size=4,
         batch_wait_ms=1,
-        default_max_tokens=4,
-        max_tokens_limit=8,
+        weights_root=weights_root,
+        limits=LIMITS,
     )
     with ServerThread(app) as running:
         yield running
 
 
+# -- the fuzzed schema: the served one, with real values where generated ones reach nothing --
+
+
+def _png_url(width: int, height: int, color: tuple[int, int, int], mode: str = "RGB") -> str:
+    buffer = io.BytesIO()
+    Image.new(mode, (width, height), color if mode == "RGB" else 0).save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def _special_image_urls() -> list[str]:
+    small = _png_url(32, 24, (10, 200, 30))
+    jpeg = io.BytesIO()
+    Image.new("RGB", (40, 30), (90, 90, 250)).save(jpeg, format="JPEG")
+    return [
+        _png_url(14000, 14000, (0, 0, 0), mode="1"),  # a decompression bomb, 24 KiB
+        _png_url(300, 1, (0, 0, 0)),  # 300:1
+        small[: len(small) // 2 + 2],  # truncated after the header
+        "data:image/jpeg;base64," + base64.b64encode(jpeg.getvalue()).decode(),
+        "data:image/png;base64,@@not base64@@",
+        "https://example.org/frame.png",
+    ]
+
+
+def _strategies(root: Path) -> dict[str, st.SearchStrategy]:
+    generated_text = st.text(max_size=24)
+    small_pngs = st.builds(
+        _png_url,
+        st.integers(1, 64),
+        st.integers(1, 64),
+        st.tuples(*[st.integers(0, 255)] * 3),
+    )
+    paths = [
+        "base", "shape", "nan", "fifo", "empty", "link-out", "missing", "../outside/weights",
+        str(root / "base"), str(root.parent / "outside" / "weights"), "/etc", "../../..",
+    ]  # fmt: skip
+    special = _special_image_urls()
+    return {
+        "odyssey-model": st.one_of(st.just(MODEL), st.just(MODEL), generated_text),
+        "odyssey-part-type": st.one_of(st.sampled_from(["text", "image_url"]), generated_text),
+        # the hostile images twice as often as small real ones or generated text
+        "odyssey-image-url": st.one_of(
+            st.sampled_from(special), st.sampled_from(special), small_pngs, generated_text
+        ),
+        "odyssey-weights-path": st.one_of(st.sampled_from(paths), generated_text),
+    }
+
+
+#: component -> property -> the format whose strategy gives it real values
+REAL_VALUES = {
+    "ChatCompletionRequest": {"model": "odyssey-model"},
+    "ContentPart": {"type": "odyssey-part-type"},
+    "ImageURL": {"url": "odyssey-image-url"},
+    "WeightReloadRequest": {"path": "odyssey-weights-path"},
+}
+
+
+def fuzz_schema(served: dict, root: Path) -> dict:
+    """The served OpenAPI schema with the formats of :data:`REAL_VALUES` on its strings
+    (and on the bare-string form of an image part), their strategies registered."""
+    for name, strategy in _strategies(root).items():
+        schemathesis.openapi.format(name, strategy)
+    schema = copy.deepcopy(served)
+    components = schema["components"]["schemas"]
+    for component, fields in REAL_VALUES.items():
+        for field, fmt in fields.items():
+            prop = components[component]["properties"][field]
+            assert prop["type"] == "string", (component, field, prop)
+            prop["format"] = fmt
+    # Every message a list of parts, every part with an image field, so that images reach
+    # the server often (string contents are what the other tests send).
+    part = components["ContentPart"]
+    part["required"] = ["type", "image_url"]
+    image = part["properties"]["image_url"]
+    image["anyOf"] = [option for option in image["anyOf"] if option.get("type") != "null"]
+    for option in image["anyOf"]:
+        if option.get("type") == "string":
+            option["format"] = "odyssey-image-url"
+    content = components["ChatMessage"]["properties"]["content"]
+    content["anyOf"] = [{**o, "minItems": 1} for o in content["anyOf"] if o.get("type") == "array"]
+    return schema
+
+
 EXAMPLES = {GenerationMode.POSITIVE: 150, GenerationMode.NEGATIVE: 60}
 
 
-def _fuzz(server, *, with_key: bool) -> dict[str, int]:
-    """Every operation of the served schema, valid and invalid requests; per operation and
-    mode a fixed example budget. Returns the requests sent per operation."""
-    api = schemathesis.openapi.from_url(server.url + "/openapi.json")
+def _fuzz(server, root: Path, *, with_key: bool) -> dict[str, int]:
+    """Every operation of the fuzzed schema, valid and invalid requests; per operation and
+    mode a fixed example budget. Returns the requests sent per operation and status."""
+    served = httpx.get(server.url + "/openapi.json", timeout=REQUEST_TIMEOUT_S).json()
+    api = schemathesis.openapi.from_dict(fuzz_schema(served, root))
     sent: dict[str, int] = {}
     for result in api.get_all_operations():
         operation = result.ok()
@@ -69,26 +189,31 @@ def _fuzz(server, *, with_key: bool) -> dict[str, int]:
                 suppress_health_check=list(HealthCheck),
                 phases=[Phase.generate],
             )
-            @given(case=operation.as_strategy(mode), served_model=st.booleans())
-            def check(case, served_model: bool) -> None:
-                if served_model and isinstance(case.body, dict) and "model" in case.body:
-                    case.body["model"] = MODEL  # else nearly every request is a 404
+            @given(case=operation.as_strategy(mode))
+            def check(case) -> None:
                 started = time.monotonic()
-                headers = {"Authorization": f"Bearer {KEY}"} if with_key else None
+                # The admin key opens every route (the API key all but the weight ones).
+                headers = {"Authorization": f"Bearer {ADMIN}"} if with_key else None
                 response = case.call(
                     base_url=server.url, headers=headers, timeout=REQUEST_TIMEOUT_S
                 )
-                sent[case.operation.label] = sent.get(case.operation.label, 0) + 1
                 label = f"{case.operation.label} {response.status_code}"
-                sent[label] = sent.get(label, 0) + 1
+                for key in (case.operation.label, label):
+                    sent[key] = sent.get(key, 0) + 1
+                kinds = []
+                if response.status_code >= 400:  # every error in OpenAI's format
+                    assert "message" in response.json()["error"], response.text
+                    kinds.append(f"code {response.json()['error']['code']}")
+                if response.status_code == 200 and "data:image/png" in repr(case.body):
+                    kinds.append("answered with an image")
+                for key in kinds:
+                    sent[key] = sent.get(key, 0) + 1
                 case.validate_response(response, checks=[not_a_server_error])
                 assert time.monotonic() - started < REQUEST_TIMEOUT_S
                 if not with_key and case.operation.path != "/health":
                     # 401, or 404 from the router for a path no route matches (a newline in
                     # the model name), before any handler runs
                     assert response.status_code in (401, 404), response.text
-                if response.status_code >= 400:  # every error in OpenAI's format
-                    assert "message" in response.json()["error"], response.text
 
             try:
                 check()
@@ -97,16 +222,25 @@ def _fuzz(server, *, with_key: bool) -> dict[str, int]:
     return sent
 
 
-def test_no_server_error_on_any_generated_request(server) -> None:
-    sent = _fuzz(server, with_key=True)
+def test_no_server_error_on_any_generated_request(server, weights_root: Path) -> None:
+    sent = _fuzz(server, weights_root, with_key=True)
+    print(sent)
     assert {"POST /v1/chat/completions", "GET /v1/models", "GET /health"} <= set(sent)
     assert sent["POST /v1/chat/completions"] >= 30, sent
-    assert sent.get("POST /v1/chat/completions 200", 0) >= 3, sent  # generation was reached
-    print(sent)
+    assert sent.get("POST /v1/chat/completions 200", 0) >= 10, sent  # generation was reached
+    assert sent.get("POST /v1/weights/reload 200", 0) >= 1, sent  # a real folder loaded
+    assert sent.get("POST /v1/weights/reload 403", 0) >= 1, sent  # one out of the root
+    # Real values reached the checks behind them (counts from the derandomized run: far
+    # above these floors); each hostile image is also sent on its own, below.
+    for kind in ("invalid_weights", "outside_weights_root", "image_too_large"):
+        assert sent.get(f"code {kind}", 0) >= 1, (kind, sent)
+    assert sent.get("answered with an image", 0) >= 1, sent
+    # after all that, the server still serves and /health answers at once
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
 
 
-def test_no_server_error_without_a_key(server) -> None:
-    _fuzz(server, with_key=False)
+def test_no_server_error_without_a_key(server, weights_root: Path) -> None:
+    _fuzz(server, weights_root, with_key=False)
 
 
 def _chat(server, **extra) -> httpx.Response:
