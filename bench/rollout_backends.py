@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 import tempfile
@@ -67,7 +68,11 @@ def run(
             "--log-level", "warning",
         ]  # fmt: skip
         log = Path(folder) / "serve.log"
-        with ServerProcess.odyssey(checkpoint, log, args=server_args) as server:
+        # The weight routes need a key and a root holding the pushed folders.
+        admin_key = secrets.token_hex(16)
+        server_args += ["--weights-root", folder]
+        env = {"ODYSSEY_ADMIN_KEY": admin_key}
+        with ServerProcess.odyssey(checkpoint, log, args=server_args, env=env) as server:
             settings = RolloutBackendSettings(
                 kind="openai", base_url=server.base_url, model="tiny", concurrency=envs
             )
@@ -104,7 +109,7 @@ def run(
                 identical = identical and ids["hf"] == ids["openai"]
             server_stats = httpx.get(server.url + "/metrics").json()
 
-            target = OdysseyServeTarget(server.base_url, Path(folder) / "sync")
+            target = OdysseyServeTarget(server.base_url, Path(folder) / "sync", api_key=admin_key)
             target.push(policy.model, verify=True)  # warm
             start = time.perf_counter()
             report = target.push(policy.model, verify=True)

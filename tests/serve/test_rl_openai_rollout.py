@@ -2,7 +2,8 @@
 openai``), the trainer's weights pushed to it after every update.
 
 The server is the real command (``odyssey serve CHECKPOINT``) on loopback, started for the
-test and stopped by its PID. After every step the weights it serves hash to the trainer's
+test with a key and a weights root (the weight routes are off without them) and stopped by
+its PID. After every step the weights it serves hash to the trainer's
 checksum, the trainer scored with its own recomputed log-probs (the old-vs-behaviour gap is
 reported, and tiny because the server sampled with the same weights), and every prompt id
 the server saw equals the one the trainer scored.
@@ -29,21 +30,36 @@ tiny_model_dir = model_fixtures.tiny_model_dir
 
 pytestmark = pytest.mark.slow
 
+KEY = "rollout-test-key"
+KEY_ENV = "ODYSSEY_TEST_ROLLOUT_KEY"
+
 
 def test_gtr_run_with_openai_backend_syncs_weights_every_step(
-    tiny_model_dir: Path, tmp_path: Path
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The weight routes need a key and a root holding the folders the trainer writes.
+    monkeypatch.setenv(KEY_ENV, KEY)
     args = ["--model-name", "tiny", "--threads", "1", "--max-batch-size", "8"]
-    with ServerProcess.odyssey(tiny_model_dir, tmp_path / "serve.log", args=args) as server:
+    args += ["--weights-root", str(tmp_path)]
+    log = tmp_path / "serve.log"
+    env = {"ODYSSEY_API_KEY": KEY}
+    with ServerProcess.odyssey(tiny_model_dir, log, args=args, env=env) as server:
         base_url, root = server.base_url, server.url
 
         def served_checksum() -> dict:
-            answer = httpx.get(f"{root}/v1/weights/checksum", timeout=60.0)
+            headers = {"Authorization": f"Bearer {KEY}"}
+            answer = httpx.get(f"{root}/v1/weights/checksum", headers=headers, timeout=60.0)
             answer.raise_for_status()
             return answer.json()
 
         before = served_checksum()
-        backend = {"kind": "openai", "base_url": base_url, "server": "odyssey", "concurrency": 4}
+        backend = {
+            "kind": "openai",
+            "base_url": base_url,
+            "server": "odyssey",
+            "concurrency": 4,
+            "api_key_env": KEY_ENV,
+        }
         preset = gtr_preset(tmp_path, tiny_model_dir, steps=2, rollout={"backend": backend})
         settings = load_gtr_settings(preset)
         trainer_sums: list[str] = []
