@@ -123,13 +123,17 @@ class Recipe:
 
     def check(self, settings: Any) -> None:
         """Refuse settings this recipe cannot run (several processes, a rollout engine it does
-        not support), naming the key and what it takes."""
+        not support, a paper-size preset without its base model), naming the key and what it
+        takes."""
         launch = getattr(settings, "launch", None)
         if launch is not None and launch.launched and not self.capabilities.distributed:
             raise RecipeError(
                 f"recipe {self.name!r} trains in one process only; set launch.nproc_per_node "
                 f"and launch.nnodes to 1 (got {launch.processes} processes)"
             )
+        check_base_model = getattr(settings, "check_base_model", None)
+        if check_base_model is not None:  # a paper-size preset with no base model
+            check_base_model()
         rollout = getattr(settings, "rollout", None)
         backend = getattr(rollout, "backend", None)
         kind = getattr(backend, "kind", "hf")

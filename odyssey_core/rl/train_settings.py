@@ -26,7 +26,11 @@ from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import ModelSettings
 
-__all__ = ["PPOSettings", "RolloutSettings", "TrainSettings"]
+__all__ = ["BaseModelRequiredError", "PPOSettings", "RolloutSettings", "TrainSettings"]
+
+
+class BaseModelRequiredError(ValueError):
+    """A preset that requires a base model has none; the message names the setting."""
 
 
 class PPOSettings(StrictModel):
@@ -88,3 +92,30 @@ class TrainSettings(StrictModel):
         default=LaunchSettings(),
         description="processes and launcher of the pipeline's training stage (1: in-process)",
     )
+    requires_base_model: bool = Field(
+        default=False,
+        description="true in a preset at a paper's sizes (its model, LoRA, corrector): the run "
+        "refuses to start while model.path is null, which would train the tiny offline model "
+        "at the paper's cost; CPU presets that inherit such a preset set it false",
+    )
+
+    def check_base_model(self, setting: str = "model.path") -> None:
+        """Raise :class:`BaseModelRequiredError` when this preset requires a base model and
+        ``model.path`` is null or names no folder; ``setting`` is the key the user sets (a
+        pipeline: ``train.overrides.model.path``). Cheap: call it before any work."""
+        if not self.requires_base_model:
+            return
+        path = self.model.path
+        if path is None:
+            raise BaseModelRequiredError(
+                f"{setting} is null, but this preset runs at a paper's sizes "
+                "(requires_base_model: true): set "
+                f"{setting} to a local base-model checkpoint folder (nothing downloads), or "
+                "use a CPU preset (tiny), or set requires_base_model: false to train the tiny "
+                "offline model anyway"
+            )
+        if not Path(path).is_dir():
+            raise BaseModelRequiredError(
+                f"{setting} {str(path)!r} is not a folder: set it to a local base-model "
+                "checkpoint folder (config.json and weights)"
+            )

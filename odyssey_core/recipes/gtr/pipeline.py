@@ -64,6 +64,7 @@ from odyssey_core.stages import (
 )
 
 __all__ = [
+    "BASE_MODEL_SETTING",
     "GTR_SFT_DEFAULTS",
     "GTR_STAGES",
     "PROVENANCE_FILE",
@@ -191,6 +192,9 @@ class GTRPipelineConfig(RunConfig):
     promotion: GTRPromotionStage = GTRPromotionStage()
 
 
+BASE_MODEL_SETTING = "train.overrides.model.path"  # where a pipeline sets the base model
+
+
 def load_gtr_pipeline_config(
     preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
 ) -> GTRPipelineConfig:
@@ -310,6 +314,7 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
     from odyssey_core.rl.policy import resolve_base_model
 
     settings = _train_settings(cfg)
+    settings.check_base_model(BASE_MODEL_SETTING)  # a paper preset's base model, first
     sft_settings = gtr_sft_settings(cfg, settings)
     r, sft = settings.rollout, cfg.sft
     resolved = check_corrector(sft.corrector, sft.corrector_kwargs, where="sft.corrector")
@@ -404,7 +409,9 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
 
     settings = _train_settings(cfg)
     r = settings.rollout
-    # the settings the run reads from the environment, checked before any work (SFT included)
+    # a paper preset's base model and the settings the run reads from the environment, checked
+    # before any work (SFT included) and before any request
+    settings.check_base_model(BASE_MODEL_SETTING)
     resolved = check_corrector(r.corrector, r.corrector_kwargs, where="rollout.corrector")
     sft = stage_gtr_sft(cfg, parent_run_id=parent_run_id) if cfg.sft.enabled else None
     corrector = describe_corrector(r.corrector, r.corrector_kwargs, resolved)  # the model used

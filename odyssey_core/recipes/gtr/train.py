@@ -295,9 +295,12 @@ def build_trainer(
     """Everything of one GTR run (``model.path: null`` builds the tiny model); with ``resume``,
     continue from the latest complete checkpoint under ``out_dir``. ``policy`` replaces the
     one built from ``settings.model`` (tests), ``corrector`` the one ``rollout.corrector``
-    names. The corrector is resolved first: a missing setting (a model, an API root, an unset
-    key variable) fails here, naming it, before any model is built or any env runs."""
+    names. A preset with ``requires_base_model`` and no ``model.path`` fails first; then the
+    corrector is resolved: a missing setting (a model, an API root, an unset key variable)
+    fails here, naming it, before any model is built or any env runs."""
     s, r = settings, settings.rollout
+    if policy is None:  # a paper preset trains its base model, never the tiny one
+        s.check_base_model()
     if corrector is None:
         corrector = build_corrector(r.corrector, r.corrector_kwargs, where="rollout.corrector")
     out = Path(out_dir)

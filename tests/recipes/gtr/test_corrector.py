@@ -473,8 +473,9 @@ def test_a_missing_corrector_setting_is_named_before_any_work(tmp_path, monkeypa
         raise AssertionError("a model was built before the corrector was checked")
 
     monkeypatch.setattr(train, "build_policy", no_work)
+    base = {"model": {"path": str(tmp_path)}}  # the paper preset's base model is set
     with pytest.raises(CorrectorConfigError, match="OPENAI_API_KEY"):
-        train.build_trainer(load_gtr_settings("points24"), tmp_path / "out")
+        train.build_trainer(load_gtr_settings("points24", base), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     with pytest.raises(CorrectorConfigError, match=r"rollout\.corrector\.model"):
         check_corrector("openai", {"base_url": "http://x/v1", "api_key_env": None})
@@ -483,7 +484,9 @@ def test_a_missing_corrector_setting_is_named_before_any_work(tmp_path, monkeypa
     with pytest.raises(CorrectorConfigError, match=r"model .*GTR_CORRECTOR_MODEL"):
         check_corrector("openai", {"model_env": "GTR_CORRECTOR_MODEL", "base_url": "http://x"})
     # the pipeline stops before its first stage (the SFT one) creates anything
-    cfg = load_gtr_pipeline_config("points24", {"run_dir": str(tmp_path / "run")})
+    cfg = load_gtr_pipeline_config(
+        "points24", {"run_dir": str(tmp_path / "run"), "train": {"overrides": base}}
+    )
     with pytest.raises(CorrectorConfigError, match="OPENAI_API_KEY"):
         stage_gtr_train(cfg)
     assert not (tmp_path / "run").exists()
