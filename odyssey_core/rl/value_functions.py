@@ -209,7 +209,8 @@ class VLMHeadValue:
     def piece_loss(
         self, captured: Sequence[torch.Tensor], lengths: Sequence[int], returns: torch.Tensor
     ) -> tuple[torch.Tensor | None, dict[str, float]]:
-        """value_coef * 0.5 * MSE of the head on this micro-batch's scoring states."""
+        """value_coef * 0.5 * MSE (in return units) of the head on this micro-batch's scoring
+        states."""
         predicted = self.head.from_captured(captured, lengths)
         loss = self.head.loss(predicted, returns)
         return self.value_coef * loss, {

@@ -117,9 +117,11 @@ class VLMValueHead(nn.Module):
         return self(last_prompt_states(captured, response_lengths))
 
     def loss(self, predicted: torch.Tensor, returns: torch.Tensor) -> torch.Tensor:
-        """0.5 * MSE against returns / scale (the usual PPO value loss)."""
-        target = returns.to(predicted.device, predicted.dtype) / self.scale
-        return 0.5 * F.mse_loss(predicted, target)
+        """RL4VLM's value loss: 0.5 * MSE between V = scale * ``predicted`` and the unscaled
+        returns. ``scale`` sets the head's output units only, never the loss's, so a value
+        coefficient (GTR Table 2: 0.5) weighs it against the policy loss as it does there."""
+        target = returns.to(predicted.device, predicted.dtype)
+        return 0.5 * F.mse_loss(predicted * self.scale, target)
 
     @torch.no_grad()
     def predict(

@@ -156,7 +156,10 @@ class GTRValueSettings(StrictModel):
         description="vlm_head hidden layers (RL4VLM's value head is 1024-512); [] for linear",
     )
     scale: float = Field(
-        default=1.0, gt=0, description="vlm_head predicts returns / scale (outputs stay near 1)"
+        default=1.0,
+        gt=0,
+        description="vlm_head's output units: it predicts returns / scale (outputs stay near "
+        "1); its loss is RL4VLM's 0.5 * MSE on unscaled returns whatever the scale",
     )
     head_lr: float | None = Field(
         default=None,
