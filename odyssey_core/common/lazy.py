@@ -1,12 +1,12 @@
-"""Lazy package exports: a package names what it exports and where each name lives, and the
-defining module is imported on first access, so ``import odyssey_core.models`` (the CLI does)
-does not pull in transformers or torch.
+"""Lazy package exports: a package names the modules it exports from and the names each one
+defines, and a module is imported on first access to one of its names, so
+``import odyssey_core.models`` (the CLI does) does not pull in transformers or torch.
 
 In a package's ``__init__.py``::
 
-    _EXPORTS = {"load_model": "odyssey_core.models.loading", ...}
-    __all__ = sorted(_EXPORTS)
-    __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+    _LAZY = lazy_exports(__name__, {"odyssey_core.models.loading": ("load_model", ...)})
+    __all__ = _LAZY.names
+    __getattr__, __dir__ = _LAZY.getattr, _LAZY.dir
 
 A resolved name is stored in the package's namespace, so the next access is a plain lookup.
 """
@@ -15,24 +15,31 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
-__all__ = ["lazy_exports"]
+__all__ = ["LazyExports", "lazy_exports"]
 
 
-def lazy_exports(
-    package: str, exports: Mapping[str, str]
-) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """The ``__getattr__`` and ``__dir__`` of ``package``, which exports ``exports``: each
-    name maps to the absolute dotted module that defines it under the same name."""
-    relative = sorted(name for name, module in exports.items() if module.startswith("."))
-    if relative:
-        raise ValueError(
-            f"{package}: give the modules of {relative} as absolute dotted names "
-            f"(e.g. {package}.<module>)"
-        )
-    table = dict(exports)
+class LazyExports(NamedTuple):
+    """A package's exported ``names`` (sorted) and the ``getattr`` / ``dir`` that serve them."""
+
+    names: list[str]
+    getattr: Callable[[str], Any]
+    dir: Callable[[], list[str]]
+
+
+def lazy_exports(package: str, modules: Mapping[str, Sequence[str]]) -> LazyExports:
+    """The lazy exports of ``package``: ``modules`` maps each absolute dotted module to the
+    names it defines and the package exports under the same names."""
+    table: dict[str, str] = {}
+    for module, names in modules.items():
+        if module.startswith("."):
+            raise ValueError(f"{package}: give {module!r} as an absolute dotted module name")
+        for name in names:
+            if name in table:
+                raise ValueError(f"{package}: {name!r} is exported from {table[name]} and {module}")
+            table[name] = module
 
     def __getattr__(name: str) -> Any:
         if name not in table:
@@ -44,4 +51,4 @@ def lazy_exports(
     def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(table))
 
-    return __getattr__, __dir__
+    return LazyExports(sorted(table), __getattr__, __dir__)

@@ -10,22 +10,17 @@ from __future__ import annotations
 
 from odyssey_core.common.lazy import lazy_exports
 
-_EXPORTS = {
-    "CuratedDataset": "odyssey_core.data.dataset",
-    "load_dataset": "odyssey_core.data.dataset",
-    "write_dataset": "odyssey_core.data.dataset",
-    "Walkthrough": "odyssey_core.data.walkthroughs",
-    "record_walkthrough": "odyssey_core.data.walkthroughs",
-    "import_video": "odyssey_core.data.walkthroughs",
-    "sample_frames": "odyssey_core.data.sampling",
-    "dct_phash": "odyssey_core.data.sampling",
-    "TEACHERS": "odyssey_core.data.teachers",
-    "make_teacher": "odyssey_core.data.teachers",
-    "validate_annotations": "odyssey_core.data.validation",
-    "CurateConfig": "odyssey_core.data.cli",
-    "curate": "odyssey_core.data.cli",
-    "load_curate_config": "odyssey_core.data.cli",
-}
+_LAZY = lazy_exports(
+    __name__,
+    {
+        "odyssey_core.data.dataset": ("CuratedDataset", "load_dataset", "write_dataset"),
+        "odyssey_core.data.walkthroughs": ("Walkthrough", "record_walkthrough", "import_video"),
+        "odyssey_core.data.sampling": ("sample_frames", "dct_phash"),
+        "odyssey_core.data.teachers": ("TEACHERS", "make_teacher"),
+        "odyssey_core.data.validation": ("validate_annotations",),
+        "odyssey_core.data.cli": ("CurateConfig", "curate", "load_curate_config"),
+    },
+)
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = _LAZY.names
+__getattr__, __dir__ = _LAZY.getattr, _LAZY.dir

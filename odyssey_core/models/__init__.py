@@ -32,23 +32,27 @@ def _register_processor(_processing_auto: ModuleType) -> None:
 
 wrapt.register_post_import_hook(_register_processor, "transformers.models.auto.processing_auto")
 
-_EXPORTS = {
-    "build_tiny_model": "odyssey_core.models.tiny",
-    "build_tiny_tokenizer": "odyssey_core.models.tiny",
-    "CheckpointError": "odyssey_core.models.loading",
-    "ModelConfig": "odyssey_core.models.loading",
-    "check_checkpoint": "odyssey_core.models.loading",
-    "load_model": "odyssey_core.models.loading",
-    "load_processor": "odyssey_core.models.loading",
-    "OdysseyVLProcessor": "odyssey_core.models.processor",
-    "prepare_frame": "odyssey_core.models.processor",
-    "has_torchvision": "odyssey_core.models.processor",
-    "LoraSettings": "odyssey_core.models.lora",
-    "apply_lora": "odyssey_core.models.lora",
-    "load_adapter": "odyssey_core.models.lora",
-    "merge_and_save": "odyssey_core.models.lora",
-    "save_adapter": "odyssey_core.models.lora",
-}
+_LAZY = lazy_exports(
+    __name__,
+    {
+        "odyssey_core.models.tiny": ("build_tiny_model", "build_tiny_tokenizer"),
+        "odyssey_core.models.loading": (
+            "CheckpointError",
+            "ModelConfig",
+            "check_checkpoint",
+            "load_model",
+            "load_processor",
+        ),
+        "odyssey_core.models.processor": ("OdysseyVLProcessor", "prepare_frame", "has_torchvision"),
+        "odyssey_core.models.lora": (
+            "LoraSettings",
+            "apply_lora",
+            "load_adapter",
+            "merge_and_save",
+            "save_adapter",
+        ),
+    },
+)
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = _LAZY.names
+__getattr__, __dir__ = _LAZY.getattr, _LAZY.dir

@@ -11,12 +11,20 @@ import ipaddress
 from odyssey_core.common.lazy import lazy_exports
 
 # Heavy names (FastAPI, torch), imported from odyssey_core.serve.app on first access.
-_EXPORTS = dict.fromkeys(
-    ("ChatHFPolicy", "ChatItem", "ServerThread", "create_app", "messages_to_chat"),
-    "odyssey_core.serve.app",
+_LAZY = lazy_exports(
+    __name__,
+    {
+        "odyssey_core.serve.app": (
+            "ChatHFPolicy",
+            "ChatItem",
+            "ServerThread",
+            "create_app",
+            "messages_to_chat",
+        )
+    },
 )
 
-__all__ = [*_EXPORTS, "InsecureBindError", "check_bind_security", "is_loopback"]
+__all__ = [*_LAZY.names, "InsecureBindError", "check_bind_security", "is_loopback"]
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 
@@ -46,4 +54,4 @@ def check_bind_security(host: str, api_key: str | None) -> None:
         )
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__ = _LAZY.getattr, _LAZY.dir

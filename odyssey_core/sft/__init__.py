@@ -7,19 +7,20 @@ from __future__ import annotations
 
 from odyssey_core.common.lazy import lazy_exports
 
-_EXPORTS = {
-    "SFTSettings": "odyssey_core.sft.settings",
-    "load_sft_settings": "odyssey_core.sft.settings",
-    "SFTDataset": "odyssey_core.sft.data",
-    "SFTCollator": "odyssey_core.sft.data",
-    "SFTSample": "odyssey_core.sft.data",
-    "PromptBuilder": "odyssey_core.sft.data",
-    "IGNORE_INDEX": "odyssey_core.sft.data",
-    "SFTTrainer": "odyssey_core.sft.trainer",
-    "SFTResult": "odyssey_core.sft.trainer",
-    "latest_checkpoint": "odyssey_core.sft.trainer",
-    "run_sft": "odyssey_core.sft.trainer",
-}
+_LAZY = lazy_exports(
+    __name__,
+    {
+        "odyssey_core.sft.settings": ("SFTSettings", "load_sft_settings"),
+        "odyssey_core.sft.data": (
+            "SFTDataset",
+            "SFTCollator",
+            "SFTSample",
+            "PromptBuilder",
+            "IGNORE_INDEX",
+        ),
+        "odyssey_core.sft.trainer": ("SFTTrainer", "SFTResult", "latest_checkpoint", "run_sft"),
+    },
+)
 
-__all__ = sorted(_EXPORTS)
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = _LAZY.names
+__getattr__, __dir__ = _LAZY.getattr, _LAZY.dir

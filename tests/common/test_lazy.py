@@ -25,9 +25,9 @@ def lazy_package(tmp_path: Path) -> Iterator[str]:
     (root / "__init__.py").write_text(
         "from odyssey_core.common.lazy import lazy_exports\n"
         "LIGHT = 1\n"
-        "_EXPORTS = {'heavy_value': 'lazypkg.heavy'}\n"
-        "__all__ = ['LIGHT', *_EXPORTS]\n"
-        "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)\n"
+        "_LAZY = lazy_exports(__name__, {'lazypkg.heavy': ('heavy_value',)})\n"
+        "__all__ = ['LIGHT', *_LAZY.names]\n"
+        "__getattr__, __dir__ = _LAZY.getattr, _LAZY.dir\n"
     )
     (root / "heavy.py").write_text("heavy_value = object()\n")
     sys.path.insert(0, str(tmp_path))
@@ -65,9 +65,12 @@ def test_dir_lists_the_exports_before_and_after_they_are_loaded(lazy_package: st
     assert dir(package).count("heavy_value") == 1
 
 
-def test_relative_module_names_are_refused() -> None:
-    with pytest.raises(ValueError, match=r"\['load'\].*absolute dotted names"):
-        lazy_exports("pkg", {"load": ".loading"})
+def test_relative_module_names_and_twice_exported_names_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"pkg: give '.loading' as an absolute dotted module"):
+        lazy_exports("pkg", {".loading": ("load",)})
+    with pytest.raises(ValueError, match=r"'load' is exported from pkg.a and pkg.b"):
+        lazy_exports("pkg", {"pkg.a": ("load",), "pkg.b": ("load", "save")})
+    assert lazy_exports("pkg", {"pkg.b": ("save", "load")}).names == ["load", "save"]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
