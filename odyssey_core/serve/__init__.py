@@ -1,7 +1,12 @@
 """Serving a local policy over an OpenAI-compatible HTTP API (``odyssey serve``).
 
 Importing this package is cheap; ``create_app`` and friends live in
-:mod:`odyssey_core.serve.app` (FastAPI, torch) and are imported on first use.
+:mod:`odyssey_core.serve.app` (FastAPI, torch) and are imported on first use. The pieces:
+``schema`` (request bodies), ``limits`` (every bound), ``guard`` (Host, keys, admission, body
+size), ``images`` (header-checked decoding), ``chat`` (prompt preparation and the batched
+policy), ``batching`` (the queue and the generation thread), ``weights`` (weight folders
+read inside a root), ``errors`` (OpenAI-format errors, summarised 500s), ``running``
+(uvicorn in a thread or a child process) and ``cli`` (the command).
 """
 
 from __future__ import annotations
