@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from pydantic import Field
 
 from odyssey_core.config import StrictModel
@@ -27,6 +28,8 @@ __all__ = [
     "LoraSettings",
     "apply_lora",
     "load_adapter",
+    "lora_dropout_active",
+    "lora_dropout_modules",
     "lora_target_regex",
     "merge_and_save",
     "save_adapter",
@@ -95,6 +98,35 @@ def apply_lora(model: Any, settings: LoraSettings | None = None) -> Any:
     )
     with _quiet_peft():
         return get_peft_model(model, config)
+
+
+def lora_dropout_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """Every LoRA adapter's dropout (PEFT keeps them in each adapted layer's ``lora_dropout``;
+    a zero rate is an ``Identity``, so it is left out)."""
+    return [
+        dropout
+        for module in model.modules()
+        if isinstance(getattr(module, "lora_dropout", None), torch.nn.ModuleDict)
+        for dropout in module.lora_dropout.values()
+        if isinstance(dropout, torch.nn.Dropout)
+    ]
+
+
+@contextlib.contextmanager
+def lora_dropout_active(model: torch.nn.Module) -> Iterator[list[torch.nn.Module]]:
+    """LoRA's dropout on inside the block, for the update's forward passes (the paper's
+    LoRA dropout, 0.05), while every other module keeps its mode: the policy stays in eval
+    mode, so rollouts, old log-probs, value predictions and evaluation never drop anything.
+    Each dropout's mode is restored on exit; yields the dropouts (none without LoRA)."""
+    dropouts = lora_dropout_modules(model)
+    before = [d.training for d in dropouts]
+    for dropout in dropouts:
+        dropout.train()
+    try:
+        yield dropouts
+    finally:
+        for dropout, training in zip(dropouts, before, strict=True):
+            dropout.train(training)
 
 
 def trainable_parameters(model: Any) -> dict[str, Any]:

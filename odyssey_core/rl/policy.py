@@ -52,8 +52,9 @@ def build_policy(
     """An HFPolicy on the base model (+ fresh LoRA), or on a checkpoint's weights/adapter.
 
     ``policy_kwargs`` go to :class:`HFPolicy` (``game=`` or ``system_prompt=``). The model is
-    put in eval mode: RL runs without dropout, so old and new log-probs come from one
-    function (exact PPO ratios; LoRA dropout stays off too). ``model.gradient_checkpointing``
+    put in eval mode: rollouts, old log-probs and evaluation run without dropout; the
+    trainer turns LoRA's dropout on for the update's forward passes only
+    (:func:`~odyssey_core.models.lora.lora_dropout_active`). ``model.gradient_checkpointing``
     turns on activation checkpointing (:func:`enable_gradient_checkpointing`).
     """
     base = resolve_base_model(model, out_dir)

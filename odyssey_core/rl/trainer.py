@@ -64,6 +64,7 @@ import numpy as np
 import torch
 
 from odyssey_core.common.metrics_log import MetricsLog
+from odyssey_core.models.lora import lora_dropout_active
 from odyssey_core.rl.advantages import ESTIMATORS, AdvantageSettings
 from odyssey_core.rl.checkpoint import (
     capture_rng_state,
@@ -420,44 +421,47 @@ class Trainer:
         # where the batch has groups, else the episode
         group_id = union.batch.group_id
         units = group_id[kept] if group_id is not None else union.batch.episode_ids[kept]
-        for _ in range(c.epochs):
-            for minibatch in self.sampler(units, c.minibatch_size, self.generator):
-                local = position_of[minibatch]
-                local = local[local >= 0]
-                pieces = list(_chunks(local, c.score_micro_batch)) if c.policy_loss else []
-                extras = [piece for hook in self.hooks for piece in hook.extra_losses(self)]
-                # every rank steps when any rank has something to backpropagate
-                backwards = max_over_ranks(len(pieces) + len(extras))
-                if backwards == 0:
-                    continue
-                if not self.updater.equal_backwards:
-                    backwards = len(pieces) + len(extras)
-                total = self.objective.units(kept_lengths[minibatch].tolist())
-                done = 0
-                for piece in pieces:
-                    rows = piece.tolist()
-                    loss, piece_metrics, piece_units = self._piece_loss(turns, rows, old, ref)
-                    done += 1
-                    # the updater averages over ranks: times the world size, the sum of every
-                    # rank's share of the minibatch's units
-                    share = piece_units / total * world.size
-                    self.updater.backward(loss * share, done == backwards)
-                    for key, value in piece_metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value * piece_units
-                        weights[key] = weights.get(key, 0.0) + piece_units
-                if c.policy_loss:
-                    units_seen += total
-                for extra in extras:
-                    loss, extra_metrics = extra()
-                    done += 1
-                    self.updater.backward(loss, done == backwards)
-                    for key, value in extra_metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value
-                        weights[key] = weights.get(key, 0.0) + 1.0
-                while done < backwards:  # DeepSpeed needs as many backwards on every rank
-                    done += 1
-                    self.updater.backward(self._zero_loss(batch), done == backwards)
-                grad_norms.append(self.updater.step())
+        # LoRA dropout (if any) acts in the update's forward passes only; old log-probs above
+        # and rollouts run without it
+        with lora_dropout_active(self.policy.model):
+            for _ in range(c.epochs):
+                for minibatch in self.sampler(units, c.minibatch_size, self.generator):
+                    local = position_of[minibatch]
+                    local = local[local >= 0]
+                    pieces = list(_chunks(local, c.score_micro_batch)) if c.policy_loss else []
+                    extras = [piece for hook in self.hooks for piece in hook.extra_losses(self)]
+                    # every rank steps when any rank has something to backpropagate
+                    backwards = max_over_ranks(len(pieces) + len(extras))
+                    if backwards == 0:
+                        continue
+                    if not self.updater.equal_backwards:
+                        backwards = len(pieces) + len(extras)
+                    total = self.objective.units(kept_lengths[minibatch].tolist())
+                    done = 0
+                    for piece in pieces:
+                        rows = piece.tolist()
+                        loss, piece_metrics, piece_units = self._piece_loss(turns, rows, old, ref)
+                        done += 1
+                        # the updater averages over ranks: times the world size, the sum of every
+                        # rank's share of the minibatch's units
+                        share = piece_units / total * world.size
+                        self.updater.backward(loss * share, done == backwards)
+                        for key, value in piece_metrics.items():
+                            sums[key] = sums.get(key, 0.0) + value * piece_units
+                            weights[key] = weights.get(key, 0.0) + piece_units
+                    if c.policy_loss:
+                        units_seen += total
+                    for extra in extras:
+                        loss, extra_metrics = extra()
+                        done += 1
+                        self.updater.backward(loss, done == backwards)
+                        for key, value in extra_metrics.items():
+                            sums[key] = sums.get(key, 0.0) + value
+                            weights[key] = weights.get(key, 0.0) + 1.0
+                    while done < backwards:  # DeepSpeed needs as many backwards on every rank
+                        done += 1
+                        self.updater.backward(self._zero_loss(batch), done == backwards)
+                    grad_norms.append(self.updater.step())
         timing["actor_update_s"] = time.perf_counter() - t0
         if world.size > 1:  # unit-weighted means over every rank's pieces
             sums = sum_over_ranks(sums)
