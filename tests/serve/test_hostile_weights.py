@@ -158,7 +158,7 @@ def _batches(server) -> int:
 
 
 def test_a_reload_during_an_n16_request_gives_it_one_weight_version(server) -> None:
-    tokens = 48
+    tokens = 160  # long enough that the reload lands while the first batches run
     # Reference answers per weight version, from batches shaped like the n=16 request's
     # chunks (BATCH identical rows).
     _, base_rows = _greedy_tokens(server, BATCH, tokens)
