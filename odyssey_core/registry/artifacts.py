@@ -15,6 +15,10 @@ Guarantees, on both:
   or server-side copied on S3) to the final key once complete, so a failed upload leaves
   nothing under the final key. A directory gets a manifest (``_MANIFEST.json``: paths, sizes,
   sha256) written LAST: a directory without one is incomplete and ``get_dir`` refuses it.
+  Locally every file is synced before its rename and its folder after.
+* **Republishing.** The version already under a key is moved aside (renamed locally, copied
+  on S3) before the new one goes in, and moved back if publishing fails part-way: a failed
+  republish leaves the previous publication (manifest and files) readable.
 * **Run-scoped prefixes.** ``store.for_run(run_id, stage)`` writes under
   ``runs/<run_id>/<stage>/`` so concurrent runs never touch each other's keys.
 * **Retries (S3).** botocore's standard retry mode handles 500/503 SlowDown, throttling and
@@ -45,7 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlparse
 
-from odyssey_core.common.files import atomic_write
+from odyssey_core.common.files import atomic_write, fsync_dir, replace_folder
 from odyssey_core.common.redaction import redact_uri
 from odyssey_core.registry.settings import RegistrySettings, S3Credentials, S3Settings
 
@@ -74,11 +78,19 @@ class ArtifactError(Exception):
 class ArtifactWriteError(ArtifactError, OSError):
     """An upload failed on the store's side (a full disk, a quota, a read-only folder).
 
-    Keeps the ``errno`` of the failed write. Nothing is published under the key that failed,
-    and other published artifacts are untouched."""
+    Keeps the ``errno`` of the failed write. The message says what is left under the key:
+    nothing new, and the version published there before (if any) readable as before, unless
+    restoring it failed too, which the message then says."""
 
 
-def _upload_error(error: OSError, what: str, uri: str, where: str) -> ArtifactWriteError:
+def _upload_error(
+    error: OSError,
+    what: str,
+    uri: str,
+    where: str,
+    *,
+    left: str | None = None,
+) -> ArtifactWriteError:
     import errno
 
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -87,9 +99,60 @@ def _upload_error(error: OSError, what: str, uri: str, where: str) -> ArtifactWr
         cause, fix = error.strerror or type(error).__name__, f"make {where} writable"
     return ArtifactWriteError(
         error.errno or errno.EIO,
-        f"could not upload {what} to {uri}: {cause} ({error}). Nothing was published under "
-        f"{uri} and the artifacts published before are unchanged; {fix} and publish again.",
+        f"could not upload {what} to {uri}: {cause} ({error}). "
+        f"{left or f'Nothing was published under {uri}'}; {fix} and publish again.",
     )
+
+
+class _Replacement:
+    """One publish that replaces what is under some keys: the old objects are moved aside
+    into their own batch before the new ones go in, and moved back by :meth:`roll_back`."""
+
+    def __init__(self, store: ArtifactStore) -> None:
+        self.store = store
+        self.batch = store._new_batch()
+        self.aside: list[tuple[str, str, str | None]] = []  # (key, where it went, sha256)
+        self.published: list[str] = []
+        self.restore_error: BaseException | None = None
+
+    def set_aside(self, key: str, sha256: str | None) -> None:
+        backup = f"{self.batch}/{key}"
+        if self.store._move(key, backup, sha256):
+            self.aside.append((key, backup, sha256))
+
+    def publish(self, tmp_key: str, key: str, sha256: str) -> None:
+        self.published.append(key)  # before: a publish that fails part-way is undone too
+        self.store._publish(tmp_key, key, sha256)
+
+    def roll_back(self) -> None:
+        """Remove what was published, put back what was set aside (the manifest, set aside
+        first, goes back last); an error doing so is kept in ``restore_error``."""
+        try:
+            old = {key for key, _, _ in self.aside}
+            self.store._delete([key for key in self.published if key not in old])
+            for key, backup, sha256 in reversed(self.aside):
+                self.store._move(backup, key, sha256)
+        except Exception as error:  # reported by the caller, with the error that started it
+            log.error("could not restore the previous version: %s", error)
+            self.restore_error = error
+
+    def outcome(self, uri: str) -> str:
+        """What a failed publish left under ``uri``, after :meth:`roll_back`."""
+        if self.restore_error is not None:
+            return (
+                f"Nothing new is readable under {uri}, and putting back the version published "
+                f"there before failed too ({self.restore_error}): it is left incomplete "
+                "(get_dir refuses it)"
+            )
+        if self.aside:
+            return (
+                f"Nothing was published under {uri}: the version published there before is "
+                "back in place, readable as before, and other artifacts are unchanged"
+            )
+        return f"Nothing was published under {uri} and the artifacts published before are unchanged"
+
+    def discard(self) -> None:
+        self.store._discard(self.batch)
 
 
 class ArtifactNotFoundError(ArtifactError, FileNotFoundError):
@@ -219,7 +282,7 @@ class ArtifactStore(ABC):
             digest = sha256_file(local)
             tmp = f"{batch}/{full}"
             self._upload(local, tmp, digest, progress)
-            self._publish(tmp, full, digest)
+            self._publish(tmp, full, digest)  # one object: replaced whole, or not at all
         except OSError as error:
             if isinstance(error, ArtifactError) or not self._is_write_error(error):
                 raise
@@ -247,6 +310,7 @@ class ArtifactStore(ABC):
                 raise ValueError(f"{local_dir} holds a file named {MANIFEST_NAME}, reserved")
         manifest_key = f"{full}/{MANIFEST_NAME}"
         batch = self._new_batch()
+        replacement = _Replacement(self)
         entries = []
         try:
             staged = []
@@ -257,21 +321,58 @@ class ArtifactStore(ABC):
                 staged.append((tmp, f"{full}/{rel}", digest))
                 entries.append(ManifestEntry(rel, path.stat().st_size, digest))
             # Every file is staged: only now is an earlier version at this key touched.
-            # Republishing drops the old manifest first so readers see "incomplete", never a mix.
-            self._delete([manifest_key])
-            for tmp, final, digest in staged:
-                self._publish(tmp, final, digest)
             manifest = Manifest(tuple(entries), datetime.now(UTC).isoformat())
-            self._write_bytes(manifest_key, manifest.to_json().encode())
+            self._replace_dir(staged, replacement, manifest_key, manifest.to_json().encode())
         except OSError as error:
             if isinstance(error, ArtifactError) or not self._is_write_error(error):
                 raise
-            raise _upload_error(
-                error, str(local_dir), self.uri_for(key), self._root_uri()
-            ) from error
+            uri = self.uri_for(key)
+            left = replacement.outcome(uri)
+            raise _upload_error(error, str(local_dir), uri, self._root_uri(), left=left) from error
         finally:
             self._discard(batch)
+            replacement.discard()
         return self.uri_for(key)
+
+    def _replace_dir(
+        self,
+        staged: list[tuple[str, str, str]],
+        replacement: _Replacement,
+        manifest_key: str,
+        manifest: bytes,
+    ) -> None:
+        """Publish the staged ``(tmp key, key, sha256)`` files of a folder, then its
+        ``manifest``. The version published there before (its manifest first, so readers see
+        "incomplete", never a mix) is set aside and, if anything fails, put back."""
+        try:
+            previous = self._previous_manifest(manifest_key)
+            if previous is not None:
+                raw, old = previous
+                replacement.set_aside(manifest_key, hashlib.sha256(raw).hexdigest())
+                folder = manifest_key.rsplit("/", 1)[0]
+                for entry in old.files:
+                    replacement.set_aside(f"{folder}/{entry.path}", entry.sha256)
+            for tmp, key, digest in staged:
+                replacement.publish(tmp, key, digest)
+            self._write_bytes(manifest_key, manifest)
+        except BaseException as error:
+            replacement.roll_back()
+            if replacement.restore_error is not None:  # the caller's message says it otherwise
+                folder_uri = self._uri_of_full(manifest_key.rsplit("/", 1)[0])
+                error.add_note(replacement.outcome(folder_uri))
+            raise
+
+    def _previous_manifest(self, manifest_key: str) -> tuple[bytes, Manifest] | None:
+        """The manifest published under ``manifest_key`` (raw and parsed), or None."""
+        try:
+            raw = self._read_bytes(manifest_key)
+        except ArtifactNotFoundError:
+            return None
+        try:
+            return raw, Manifest.from_json(raw)
+        except (ArtifactError, ValueError, KeyError, TypeError):
+            log.warning("%s: unreadable manifest, replaced", self._uri_of_full(manifest_key))
+            return None
 
     @staticmethod
     def _is_write_error(error: OSError) -> bool:
@@ -331,11 +432,9 @@ class ArtifactStore(ABC):
                     f"{full}/{entry.path}", target, entry.sha256, entry.size, progress
                 )
             staging.mkdir(parents=True, exist_ok=True)  # an empty manifest still makes a folder
-            if dest.is_dir():
-                shutil.rmtree(dest)
-            elif dest.exists():
+            if dest.exists() and not dest.is_dir():
                 dest.unlink()
-            os.replace(staging, dest)
+            replace_folder(staging, dest)  # swapped in: never a moment without ``dest``
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return dest
@@ -428,6 +527,13 @@ class ArtifactStore(ABC):
         """Move a completely written temporary object to its final key."""
 
     @abstractmethod
+    def _move(self, key: str, dest_key: str, sha256: str | None) -> bool:
+        """Put the object at ``key`` (with its checksum) at ``dest_key``; False, doing nothing,
+        when there is no object at ``key``. Locally a rename of the file and its checksum
+        (nothing is written, so a full disk cannot stop it; ``key`` is gone after); on S3 a
+        server-side copy."""
+
+    @abstractmethod
     def _discard(self, batch: str) -> None:
         """Remove whatever is left under a ``.tmp/<uuid>`` batch (best effort)."""
 
@@ -499,11 +605,40 @@ class LocalArtifactStore(ArtifactStore):
         size = self._path(tmp_key).stat().st_size
         # The checksum lands first: a reader racing the rename at worst sees a mismatch error,
         # never unverified data.
-        self._atomic_write(self._meta_path(key), json.dumps({"sha256": sha256, "size": size}))
-        os.replace(self._path(tmp_key), final)
+        meta = self._meta_path(key)
+        before = meta.read_bytes() if meta.is_file() else None
+        self._atomic_write(meta, json.dumps({"sha256": sha256, "size": size}))
+        try:
+            os.replace(self._path(tmp_key), final)  # the data was synced when it was staged
+        except OSError:
+            with contextlib.suppress(OSError):  # the old file keeps its own checksum
+                if before is None:
+                    meta.unlink(missing_ok=True)
+                else:
+                    self._atomic_write(meta, before)
+            raise
+        fsync_dir(final.parent)
+
+    def _move(self, key: str, dest_key: str, sha256: str | None) -> bool:
+        source, dest = self._path(key), self._path(dest_key)
+        if not source.is_file():
+            return False
+        meta, dest_meta = self._meta_path(key), self._meta_path(dest_key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest_meta.parent.mkdir(parents=True, exist_ok=True)
+        if meta.is_file():  # the checksum first, as in _publish
+            os.replace(meta, dest_meta)
+        else:
+            dest_meta.unlink(missing_ok=True)
+        os.replace(source, dest)
+        fsync_dir(dest_meta.parent)
+        fsync_dir(dest.parent)
+        return True
 
     def _discard(self, batch: str) -> None:
         shutil.rmtree(self._path(batch), ignore_errors=True)
+        # the checksums of what a republish set aside
+        shutil.rmtree(self.root.joinpath(META_DIR, *batch.split("/")), ignore_errors=True)
 
     def _head(self, key: str) -> _ObjectInfo:
         path = self._path(key)
@@ -748,6 +883,23 @@ class S3ArtifactStore(ArtifactStore):
                 Config=self.transfer_config,
             ),
         )
+
+    def _move(self, key: str, dest_key: str, sha256: str | None) -> bool:
+        if not self._exists(key):
+            return False
+        if sha256 is None:  # keep whatever metadata the object has
+            self._retry(
+                f"copy {key}",
+                lambda: self.client.copy_object(
+                    CopySource={"Bucket": self.bucket, "Key": self._obj(key)},
+                    Bucket=self.bucket,
+                    Key=self._obj(dest_key),
+                    MetadataDirective="COPY",
+                ),
+            )
+        else:
+            self._publish(key, dest_key, sha256)
+        return True
 
     def _discard(self, batch: str) -> None:
         try:
