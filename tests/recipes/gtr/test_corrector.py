@@ -20,6 +20,7 @@ from odyssey_core.envs.cards.games import (
 from odyssey_core.policy.openai_backend import RetrySettings
 from odyssey_core.protocol.gtr_format import format_gtr_response, parse_gtr_response
 from odyssey_core.recipes.gtr.corrector import (
+    CORRECTOR_GAMES,
     CORRECTORS,
     Correction,
     CorrectorConfigError,
@@ -28,6 +29,7 @@ from odyssey_core.recipes.gtr.corrector import (
     build_corrector,
     check_corrector,
     claimed_formula,
+    corrector_query,
     corrector_system_prompt,
     describe_corrector,
     make_corrector,
@@ -520,3 +522,109 @@ def test_reports_name_the_corrector_and_whether_it_is_an_oracle() -> None:
     assert not openai["oracle"] and "not an oracle" in openai["label"]
     assert "gpt-4o" in openai["label"] and "$GTR_CORRECTOR_MODEL" in openai["label"]
     assert describe_corrector("alfworld")["oracle"] and not describe_corrector("none")["oracle"]
+
+
+# ------------------------------------------------------------------ each game's corrector prompt
+CARD_WORDS = ("card", "formula", "solve24", "24")
+
+
+def _prompt_text(info: dict[str, Any], thought: str = "t", action: str = "a") -> tuple[str, str]:
+    return corrector_system_prompt(info), corrector_query("the task", thought, action, info)
+
+
+def test_each_card_game_has_its_own_corrector_prompt() -> None:
+    _, numberline = NumberlineEnv().reset(seed=0)
+    system, query = _prompt_text(numberline)
+    assert "Numberline" in system and "'+'" in system and "'-'" in system
+    assert "Target" in system and "Current" in system
+    assert "target number and which current number" in query
+    assert '"target": <n>, "current": <n>' in query  # the agent's Numberline thought format
+    assert not any(w in (system + query).lower() for w in CARD_WORDS)
+    _, blackjack = BlackjackEnv().reset(seed=0)
+    system, query = _prompt_text(blackjack)
+    assert "Blackjack" in system and "'hit'" in system and "'stand'" in system
+    assert "21" in system and "dealer" in system and "ace counts 11" in system
+    assert '"dealer": "<rank>", "player": [...], "total": <n>' in query
+    assert "formula" not in (system + query).lower()
+    for env, title in ((Points24Env(), "Points24"), (EZPointsEnv(), "EZPoints")):
+        _, info = env.reset(seed=0)
+        system, query = _prompt_text(info)
+        assert title in system and f"evaluates to {env.target}" in system
+        assert "[Current Formula]" in query and "solve24" in query
+    assert set(CORRECTOR_GAMES) == {"numberline", "blackjack", "points24", "ezpoints", "alfworld"}
+    with pytest.raises(ValueError, match=r"no prompt for game 'chess'.*alfworld"):
+        corrector_system_prompt({"game": "chess"})
+
+
+@pytest.fixture(scope="module")
+def alfworld_heat() -> Any:
+    from odyssey_core.envs.registry import make_env
+
+    env = make_env("alfworld-heat", max_steps=6)
+    yield env
+    env.close()
+
+
+def test_the_alfworld_corrector_prompt_is_about_household_tasks(alfworld_heat: Any) -> None:
+    _, info = alfworld_heat.reset(seed=2)
+    system, query = _prompt_text(info)
+    assert "ALFWorld" in system and "household" in system
+    for appliance in ("sink", "microwave", "fridge", "lamp"):
+        assert appliance in system
+    assert f"[Task] {info['task']}" in query and "[Previous Actions] none yet" in query
+    assert f"[Admissible Actions] {', '.join(info['legal_actions'])}" in query
+    assert "sub-goal" in query and "admissible" in query
+    assert '"location": ' in query and '"holding": ' in query and '"subgoal": ' in query
+    assert not any(w in (system + query).lower() for w in CARD_WORDS)
+    first = info["legal_actions"][0]
+    _, _, _, _, info = alfworld_heat.step(f'"thoughts": "look", "action": "{first}"')
+    assert f"[Previous Actions] 1. {first}" in corrector_query("x", "t", "a", info)
+
+
+def test_the_openai_corrector_sends_alfworld_its_own_prompt(
+    stub: StubAPI, alfworld_heat: Any
+) -> None:
+    obs, info = alfworld_heat.reset(seed=2)
+    right = info["expert_plan"][0]
+    wrong = next(a for a in info["legal_actions"] if a != right)
+    reply = {
+        "answer1": "In the middle of the room, holding nothing.",
+        "answer2": "The next sub-goal is to find the object.",
+        "answer3": "The action does not help.",
+        "evaluation": "NO",
+        "correction": {
+            "location": "the middle of the room",
+            "holding": "nothing",
+            "subgoal": info["subgoals"][0],
+            "thoughts": "go where the object may be",
+        },
+        "action": right,
+    }
+    stub.script.append({"content": json.dumps(reply)})
+    result = _openai(stub).correct(obs, '"thoughts": "wander"', wrong, info)
+    assert result.valid and not result.agrees and result.action == right
+    assert '"subgoal": ' in result.corrected_thought
+    (body,) = stub.bodies
+    assert "tools" not in body  # solve24 is for the formula games only
+    system = body["messages"][0]
+    assert system["role"] == "system" and "household" in system["content"]
+    image, text = body["messages"][1]["content"]
+    assert image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert f"[Task] {info['task']}" in text["text"] and f"[Action] {wrong}" in text["text"]
+    assert "card" not in (system["content"] + text["text"]).lower()
+
+
+def test_the_openai_corrector_sends_numberline_and_blackjack_their_prompts(stub: StubAPI) -> None:
+    corrector = _openai(stub)
+    for env, action, words in (
+        (NumberlineEnv(), "+", ("Numberline", "current number")),
+        (BlackjackEnv(), "hit", ("Blackjack", "dealer")),
+    ):
+        obs, info = env.reset(seed=0)
+        stub.script.append({"content": json.dumps({"evaluation": "YES", "correction": None})})
+        result = corrector.correct(obs, '"thoughts": "go"', action, info)
+        assert result.valid and result.agrees
+        body = stub.bodies[-1]
+        sent = body["messages"][0]["content"] + body["messages"][1]["content"][1]["text"]
+        assert all(w in sent for w in words) and "tools" not in body
+        assert "formula" not in sent.lower()

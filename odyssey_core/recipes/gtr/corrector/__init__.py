@@ -7,8 +7,10 @@ judged right:
 * ``openai`` (the paper's: GPT-4o with a 24-solver tool, temperature 0.4, 600 tokens, GTR
   Table 2 and App. C) asks any OpenAI-compatible VLM, given the frame, the current formula,
   the agent's thought and the episode's target formula, GTR's questions (the cards, the
-  cards the thought names, the formula it aims for, whether the action moves toward it). The
-  model may call a ``solve24`` tool, which runs our exact solver. Its answer is a JSON object;
+  cards the thought names, the formula it aims for, whether the action moves toward it), in
+  each game's own prompt (``vlm_prompts``: Points24, EZPoints, Numberline, Blackjack,
+  ALFWorld's household tasks). The model may call a ``solve24`` tool, which runs our exact
+  solver. Its answer is a JSON object;
   a malformed one gets one retry with a reminder and is then treated as "no correction"
   (``Correction.valid`` is False), counted in ``metrics()``.
 * ``programmatic`` reads the env's privileged state from ``info`` and uses the exact solver:
@@ -30,7 +32,8 @@ A preset names a corrector and its arguments (``rollout.corrector``); :func:`bui
 resolves them, reading the settings that come from the environment, and fails with an error
 that names a missing setting before any work starts.
 
-One module per corrector: ``programmatic``, ``noisy``, ``vlm`` (``openai``) and ``alfworld``
+One module per corrector: ``programmatic``, ``noisy``, ``vlm`` (``openai``, its prompts in
+``vlm_prompts``) and ``alfworld``
 (imported when the registry first builds it); ``base`` holds what they share and ``registry``
 the names, their settings and the builders. This package re-exports the public names of all
 but ``alfworld``.
@@ -68,16 +71,21 @@ from odyssey_core.recipes.gtr.corrector.registry import (
     validate_corrector_kwargs,
 )
 from odyssey_core.recipes.gtr.corrector.vlm import (
-    NOT_DETERMINED,
     SOLVE24_TOOL,
     OpenAICorrector,
-    corrector_system_prompt,
     parse_correction_json,
     solve24_tool,
+)
+from odyssey_core.recipes.gtr.corrector.vlm_prompts import (
+    CORRECTOR_GAMES,
+    NOT_DETERMINED,
+    corrector_query,
+    corrector_system_prompt,
 )
 
 __all__ = [
     "CORRECTORS",
+    "CORRECTOR_GAMES",
     "CORRECTOR_SETTINGS",
     "FORMULA_GAMES",
     "NOISY_ERROR_KINDS",
@@ -101,6 +109,7 @@ __all__ = [
     "check_corrector",
     "claimed_cards",
     "claimed_formula",
+    "corrector_query",
     "corrector_system_prompt",
     "describe_corrector",
     "make_corrector",

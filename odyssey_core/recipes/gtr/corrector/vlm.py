@@ -1,6 +1,8 @@
 """The ``openai`` corrector, the paper's: a VLM behind any OpenAI-compatible endpoint asked GTR's
-questions (App. C) about the frame, the thought and the action, with a ``solve24`` tool that
-runs the exact solver; its JSON answer parsed into a :class:`Correction`."""
+questions (App. C) about the frame, the thought and the action, in the prompt of the step's
+game (:mod:`~odyssey_core.recipes.gtr.corrector.vlm_prompts`), with a ``solve24`` tool that
+runs the exact solver for the formula games; its JSON answer parsed into a
+:class:`Correction`."""
 
 from __future__ import annotations
 
@@ -25,12 +27,16 @@ from odyssey_core.recipes.gtr.corrector.base import (
     claimed_formula,
     rank_of,
 )
+from odyssey_core.recipes.gtr.corrector.vlm_prompts import (
+    CORRECTOR_ROLE,
+    NOT_DETERMINED,
+    corrector_query,
+    corrector_system_prompt,
+)
 
 __all__ = [
-    "NOT_DETERMINED",
     "SOLVE24_TOOL",
     "OpenAICorrector",
-    "corrector_system_prompt",
     "parse_correction_json",
     "solve24_tool",
 ]
@@ -65,80 +71,10 @@ SOLVE24_TOOL: dict[str, Any] = {
     },
 }
 
-_TITLES = {"points24": "Points24 (the 24-point card game)", "ezpoints": "EZPoints"}
-
-_SYSTEM = (
-    "You check the reasoning of an agent that plays a card game from pictures. You see the "
-    "picture the agent saw, the task, the agent's thought and the action it chose. Look at the "
-    "picture yourself, decide whether the thought is right, and write the thought the agent "
-    "should have had. Ace counts 1; J, Q and K count 10."
-)
-
-NOT_DETERMINED = "NOT DETERMINED"
-
-_FORMULA_QUESTIONS = (
-    "The player's thought may be wrong. Judge it by these questions:\n"
-    "(1) Which cards does the picture show? If the target formula is NOT DETERMINED, call "
-    "solve24 with their values to get every correct formula (keep the list to yourself).\n"
-    "(2) Which card ranks does the thought name? Do they match yours, in any order?\n"
-    "(3) Which formula does the thought aim for? Is it the target formula or, when that is NOT "
-    "DETERMINED, one of the correct formulas, and can the current formula still become it?\n"
-    "(4) Does the action append the next token of that formula (or is it '=' once the formula "
-    "is complete)?\n"
-    "Answer briefly, then judge. If the thought is wrong, pick the next single token to append "
-    "and write the thought the player should have had.\n"
-    "Reply with one JSON object and nothing else:\n"
-    '{"answer1": "...", "answer2": "...", "answer3": "...", "answer4": "...", '
-    '"evaluation": "YES if the thought is correct, else NO", '
-    '"possible_solution": <true or false: can the current formula still reach the target; '
-    "null if the thought is correct>, "
-    '"target_formula": "<the target formula if one is given; the thought\'s formula if the '
-    'thought is correct; else a correct formula that extends the current formula>", '
-    '"correction": <null if the thought is correct, else the correct thought as a JSON '
-    'object: {"cards": [...], "formula": "<the target formula>", "thoughts": "<the next '
-    'token and why>"}>, '
-    '"action": "<the next token to append; null if the thought is correct>"}'
-)
-
-_GENERIC_QUESTIONS = (
-    "The player's thought may be wrong. Judge it by these questions:\n"
-    "(1) What does the picture show?\n"
-    "(2) Does the thought read the picture right?\n"
-    "(3) Is the action the right move, and does it follow from the thought?\n"
-    "Answer briefly, then judge. If the thought is wrong, write the thought the player should "
-    "have had.\n"
-    "Reply with one JSON object and nothing else:\n"
-    '{"answer1": "...", "answer2": "...", "answer3": "...", '
-    '"evaluation": "YES if the thought is correct, else NO", '
-    '"correction": <null if the thought is correct, else the correct thought as a JSON '
-    "object in the format the player uses>, "
-    '"action": "<the right move; null if the thought is correct>"}'
-)
-
 _REMINDER = (
     "That reply was not a valid JSON object with an evaluation (YES or NO) and, when the "
     "thought is wrong, a correction. Send only that JSON object."
 )
-
-
-def _quoted(actions: Sequence[str]) -> str:
-    return ", ".join(f"'{a}'" for a in actions)
-
-
-def corrector_system_prompt(info: Mapping[str, Any]) -> str:
-    """The corrector's system prompt for the game in ``info`` (GTR App. C's, for Points24)."""
-    game = info.get("game")
-    if game not in FORMULA_GAMES:
-        return _SYSTEM
-    legal = [str(a) for a in info.get("legal_actions", ())]
-    n = len(info.get("cards", ())) or "the"
-    return (
-        f"You are an expert player of {_TITLES.get(str(game), str(game))}. You observe {n} "
-        "playing cards in the image and the current formula. The goal is a formula that "
-        f"evaluates to {info.get('target')} and uses each card's number exactly once. Each "
-        f"step appends one of [{_quoted(legal)}] to the current formula, toward a correct "
-        "target formula. 'J', 'Q' and 'K' count as '10', 'A' as '1'."
-    )
 
 
 def _values_from(cards: Sequence[Any]) -> list[int]:
@@ -299,7 +235,7 @@ class OpenAICorrector(JudgingCorrector):
             base_url,
             api_key,
             api_key_env=api_key_env,
-            system_prompt=_SYSTEM,
+            system_prompt=CORRECTOR_ROLE,
             timeout=timeout,
             retry=retry,
             client=client,
@@ -337,21 +273,14 @@ class OpenAICorrector(JudgingCorrector):
     ) -> list[dict[str, Any]]:
         from odyssey_core.policy.openai_backend import encode_image_data_url
 
-        lines = [f"Task: {observation.text}"]
-        formula_game = info.get("game") in FORMULA_GAMES
-        if formula_game:
-            lines.append(f"[Current Formula] '{info.get('formula', '')}'")
-        lines += [f"[Thought] {thought or '(none)'}", f"[Action] {action}"]
-        if formula_game:
-            lines.append(f"[Target Formula] {target_formula or NOT_DETERMINED}")
-        lines.append(_FORMULA_QUESTIONS if formula_game else _GENERIC_QUESTIONS)
+        text = corrector_query(observation.text, thought, action, info, target_formula)
         image = {
             "type": "image_url",
             "image_url": {"url": encode_image_data_url(observation.image)},
         }
         return [
             {"role": "system", "content": corrector_system_prompt(info)},
-            {"role": "user", "content": [image, {"type": "text", "text": "\n".join(lines)}]},
+            {"role": "user", "content": [image, {"type": "text", "text": text}]},
         ]
 
     def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
