@@ -628,3 +628,30 @@ def test_the_openai_corrector_sends_numberline_and_blackjack_their_prompts(stub:
         sent = body["messages"][0]["content"] + body["messages"][1]["content"][1]["text"]
         assert all(w in sent for w in words) and "tools" not in body
         assert "formula" not in sent.lower()
+
+
+def test_the_paper_alfworld_preset_asks_gpt_4o_and_the_oracle_is_a_named_option(
+    stub: StubAPI, alfworld_heat: Any, monkeypatch
+) -> None:
+    from odyssey_core.recipes.gtr.settings import load_gtr_settings
+
+    paper = load_gtr_settings("alfworld").rollout
+    assert paper.corrector == "openai" and paper.corrector_kwargs["model"] == "gpt-4o"
+    assert paper.corrector_kwargs["temperature"] == 0.4  # Table 2, as on Points24
+    assert paper.corrector_kwargs["max_tokens"] == 600 and not paper.corrector_kwargs["use_tools"]
+    assert not describe_corrector(paper.corrector, paper.corrector_kwargs)["oracle"]
+    for oracle in ("alfworld_oracle", "alfworld_tiny"):
+        rollout = load_gtr_settings(oracle).rollout
+        assert rollout.corrector == "alfworld" and rollout.corrector_kwargs == {}
+        assert describe_corrector(rollout.corrector)["oracle"]
+    # the preset's corrector, pointed at the stub server by its environment variables
+    monkeypatch.setenv("GTR_CORRECTOR_BASE_URL", stub.base_url)
+    monkeypatch.setenv("GTR_CORRECTOR_MODEL", "stub-vlm")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    corrector = build_corrector(paper.corrector, paper.corrector_kwargs)
+    obs, info = alfworld_heat.reset(seed=2)
+    stub.script.append({"content": json.dumps({"evaluation": "YES", "correction": None})})
+    assert corrector.correct(obs, '"thoughts": "go"', info["expert_plan"][0], info).valid
+    (body,) = stub.bodies
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("stub-vlm", 0.4, 600)
+    assert "tools" not in body and "household" in body["messages"][0]["content"]
