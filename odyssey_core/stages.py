@@ -33,6 +33,7 @@ import logging
 import math
 import os
 import shutil
+import statistics
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
 from odyssey_core.config import reject_renamed_keys
+from odyssey_core.recipe import Evaluation, Recipe
 
 if TYPE_CHECKING:
     from odyssey_core.registry.artifacts import ArtifactStore
@@ -52,24 +54,31 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DONE_MARKER",
+    "EVAL_ROWS",
+    "SCORES_FILE",
     "GateOutcome",
     "PipelineSection",
     "PromotionStage",
+    "RowsEvaluator",
     "RunConfig",
     "Stage",
     "StageContext",
     "StagePreset",
     "advance",
+    "evaluate_rows_one_by_one",
+    "evaluate_stage",
     "fetch",
     "fetch_json",
     "fingerprint",
     "make_tracker",
+    "nightly_stage",
     "nightly_table",
     "numeric",
     "parent_run",
     "publication",
     "read_marker",
     "register_and_gate",
+    "register_stage",
     "results_table",
     "run_stage",
     "run_store",
@@ -904,3 +913,277 @@ def register_and_gate(
         reference_scores=reference_scores,
         reference_evaluation=evaluation,
     )
+
+
+# -- the generic evaluate / register / nightly stages ---------------------------------------------
+
+#: what the evaluate stage writes and publishes: the candidate's per-episode gate sample
+#: (``scores``) and every row's (``rows``: label -> model URI and scores)
+SCORES_FILE = "scores.json"
+#: the rows an evaluate stage may play, in the report's order: the base model, the SFT model RL
+#: started from, the trained candidate
+EVAL_ROWS = ("base", "sft", "candidate")
+
+#: ``(label -> model ref, out_dir) -> label -> Evaluation``: how a recipe plays several rows
+RowsEvaluator = Callable[[Mapping[str, str], Path], Mapping[str, Evaluation]]
+
+
+def _mean(scores: Sequence[float]) -> float:
+    return statistics.fmean(scores) if scores else math.nan
+
+
+def _json_number(value: Any) -> Any:
+    """NaN and infinities as None: strict JSON, and equal to itself when a recorded output is
+    compared with a fresh one."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _promotion(cfg: RunConfig) -> PromotionStage:
+    promotion = getattr(cfg, "promotion", None)
+    if not isinstance(promotion, PromotionStage):
+        raise TypeError(
+            f"{type(cfg).__name__} has no promotion: section (a PromotionStage); a pipeline "
+            "that registers or re-evaluates a champion needs one"
+        )
+    return promotion
+
+
+def evaluate_rows_one_by_one(cfg: RunConfig, recipe: Recipe) -> RowsEvaluator:
+    """Each row played alone by ``recipe.evaluate_model`` in ``<out_dir>/<label>``."""
+
+    def evaluate(models: Mapping[str, str], out_dir: Path) -> dict[str, Evaluation]:
+        return {
+            label: recipe.evaluate_model(cfg, ref, label, out_dir / label)
+            for label, ref in models.items()
+        }
+
+    return evaluate
+
+
+def evaluate_stage(
+    cfg: RunConfig,
+    recipe: Recipe,
+    rows: Mapping[str, str | None],
+    *,
+    stage: Stage | str = "evaluate",
+    evaluate_rows: RowsEvaluator | None = None,
+    summary_keys: Sequence[str] | None = None,
+    extra: Callable[[Mapping[str, Evaluation]], Mapping[str, Any]] | None = None,
+    config: Sequence[Any] = (),
+    inputs: Mapping[str, str] | None = None,
+    params: BaseModel | Mapping[str, Any] | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """The evaluate stage of any recipe: play the ``rows`` (label -> model ref; ``candidate``
+    is required, a row whose ref is None is left out) with ``evaluate_rows`` (default: each
+    alone with ``recipe.evaluate_model``), then record and publish what the gate and the flow
+    read. The stage run gets the candidate's summary (``eval.<key>``), each other row's mean
+    gate score (``<row>_mean``), ``extra(evaluations)``'s numbers and the report folder (the
+    candidate's report's folder, ``report``); the store gets the report folder and
+    :data:`SCORES_FILE`. Returns ``report_uri``, ``scores_uri``, ``scores_path``,
+    ``report_markdown``, ``episodes``, the candidate's ``summary_keys`` (default: all; NaN as
+    None), ``<row>_mean`` and ``extra``'s outputs. A row's model in this run's store is
+    fingerprinted by its publication (a model republished under the same URI is evaluated
+    again), any other by its ref."""
+    models = {label: ref for label, ref in rows.items() if ref is not None}
+    if "candidate" not in models:
+        raise ValueError(f"the evaluate stage needs a candidate row; got {sorted(models)}")
+    in_store = {label: ref for label, ref in models.items() if ref.startswith(cfg.store_uri)}
+    stored = {f"{label}_model": ref for label, ref in in_store.items()}
+    stored.update(inputs or {})
+    play = evaluate_rows or evaluate_rows_one_by_one(cfg, recipe)
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        out = ctx.work / f"rows-{ctx.tag}"
+        evaluated = dict(play(models, out))
+        missing = set(models) - set(evaluated)
+        if missing:
+            raise RuntimeError(f"{recipe.name}'s evaluation returned no row for {sorted(missing)}")
+        candidate = evaluated["candidate"]
+        means = {f"{label}_mean": _mean(evaluated[label].scores) for label in models}
+        means.pop("candidate_mean")
+        more = dict(extra(evaluated)) if extra is not None else {}
+        summary = {f"eval.{k}": v for k, v in candidate.summary.items()}
+        ctx.run.log_metrics(numeric({**summary, **means, **more}))
+        report_dir = candidate.report.parent
+        ctx.run.log_artifact(report_dir, "report")
+        report_uri = ctx.publish_dir(report_dir, "report")
+        recorded = {
+            "label": "candidate",
+            "scores": [float(x) for x in candidate.scores],
+            "rows": {
+                label: {"uri": ref, "scores": [float(x) for x in evaluated[label].scores]}
+                for label, ref in models.items()
+            },
+        }
+        scores_path = out / SCORES_FILE
+        scores_path.write_text(json.dumps(recorded))
+        scores_uri = ctx.publish_file(scores_path, SCORES_FILE)
+        ctx.keep(scores_path, candidate.report)
+        keys = candidate.summary if summary_keys is None else summary_keys
+        return {
+            "report_uri": report_uri,
+            "scores_uri": scores_uri,
+            "scores_path": str(scores_path),
+            "report_markdown": str(candidate.report),
+            "episodes": len(candidate.scores),
+            **{k: _json_number(candidate.summary.get(k, math.nan)) for k in keys},
+            **{k: _json_number(v) for k, v in means.items()},
+            **{k: _json_number(v) for k, v in more.items()},
+        }
+
+    text_refs = {label: ref for label, ref in models.items() if label not in in_store}
+    return run_stage(
+        cfg,
+        stage,
+        body,
+        config=[*config, text_refs],
+        inputs=stored,
+        params=params,
+        parent_run_id=parent_run_id,
+    )
+
+
+def register_stage(
+    cfg: RunConfig,
+    recipe: Recipe,
+    checkpoint_uri: str,
+    evaluation: Mapping[str, Any],
+    base_model: str,
+    *,
+    stage: Stage | str = "register",
+    score_keys: Sequence[str] = (),
+    reference_keys: Sequence[str] = (),
+    metric: str | None = None,
+    tags: Mapping[str, str] | None = None,
+    serving: Mapping[str, Any] | None = None,
+    config: Sequence[Any] = (),
+    inputs: Mapping[str, str] | None = None,
+    parent_run_id: str | None = None,
+) -> dict[str, Any]:
+    """The register stage of any recipe: register ``checkpoint_uri`` and gate it
+    (:func:`register_and_gate`, with the pipeline's ``promotion:`` margin and alpha) on the
+    candidate's per-episode sample that the evaluate stage (``evaluation``, its outputs)
+    recorded, against the champion or, for the first model, ``base_model``, played now by
+    ``recipe.evaluate_model``; a reference the evaluate stage already played as a row of that
+    label (the base model, the same URI) is reused, not played again. The version carries
+    ``eval.<key>`` for the evaluation's ``score_keys`` (what ``nightly_stage`` compares with),
+    ``odyssey.pipeline_run``, ``odyssey.recipe`` and ``tags``. The stage run records the
+    candidate's and the reference's mean, the reference's ``reference_keys`` summary numbers
+    (``<label>_<key>``) and the version. Returns the decision (:meth:`GateOutcome.outputs`),
+    ``candidate_mean``, ``reference_mean``, ``reference_<key>`` and ``metric`` when given."""
+    promotion = _promotion(cfg)
+    stage = Stage(stage) if isinstance(stage, str) else stage
+    recorded = fetch_json(
+        cfg,
+        evaluation.get("scores_path"),
+        evaluation.get("scores_uri"),
+        cfg.stage_dir(stage.dir_name) / "candidate-scores.json",
+    )
+    candidate_scores = [float(x) for x in recorded["scores"]]
+    rows = recorded.get("rows", {})
+    version_metrics = {
+        f"eval.{k}": float(evaluation[k]) for k in score_keys if evaluation.get(k) is not None
+    }
+
+    def evaluate_reference(ref: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
+        row = rows.get(label)
+        if row is not None and row["uri"] == ref:  # played on these episodes, these settings
+            return [float(x) for x in row["scores"]], None
+        evaluated = recipe.evaluate_model(cfg, ref, label, out_dir)
+        return [float(x) for x in evaluated.scores], evaluated
+
+    def body(ctx: StageContext) -> dict[str, Any]:
+        outcome = register_and_gate(
+            ctx,
+            game=cfg.game,
+            checkpoint_uri=checkpoint_uri,
+            candidate_scores=candidate_scores,
+            base_model=base_model,
+            evaluate_reference=evaluate_reference,
+            margin=promotion.margin,
+            alpha=promotion.alpha,
+            metrics=version_metrics,
+            tags={
+                "odyssey.pipeline_run": cfg.run_key,
+                "odyssey.recipe": recipe.name,
+                **(tags or {}),
+            },
+            serving={"recipe": recipe.name, **(serving or {})},
+        )
+        gate, label = outcome.gate, outcome.reference
+        reference: Evaluation | None = outcome.reference_evaluation
+        summary = reference.summary if reference is not None else {}
+        picked = {k: summary.get(k, math.nan) for k in reference_keys}
+        if metric is not None:
+            ctx.run.log_params({"gate_metric": metric})
+        ctx.run.log_metrics(
+            numeric(
+                {
+                    "candidate_mean": gate.candidate.mean,
+                    f"{label}_mean": gate.reference_stats.mean,
+                    **{f"{label}_{k}": v for k, v in picked.items()},
+                    "version": outcome.version,
+                }
+            )
+        )
+        return {
+            **outcome.outputs(),
+            **({"metric": metric} if metric is not None else {}),
+            "candidate_mean": gate.candidate.mean,
+            "reference_mean": gate.reference_stats.mean,
+            **{f"reference_{k}": _json_number(v) for k, v in picked.items()},
+        }
+
+    # the scores themselves, not their URI: a re-evaluation publishes under the same key
+    return run_stage(
+        cfg,
+        stage,
+        body,
+        config=[
+            cfg.game,
+            *config,
+            promotion.model_dump(mode="json"),
+            checkpoint_uri,
+            base_model,
+            candidate_scores,
+        ],
+        inputs=inputs,
+        parent_run_id=parent_run_id,
+    )
+
+
+def nightly_stage(
+    cfg: RunConfig,
+    recipe: Recipe,
+    *,
+    score: str,
+    out_dir: Path | None = None,
+    margin: float | None = None,
+    series: Sequence[str] = (),
+    log_fn: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """The nightly run of any recipe: the champion of ``cfg.game`` (and a newer candidate)
+    played by ``recipe.evaluate_model``; each model's summary number ``score`` (and the
+    ``series`` numbers) becomes tonight's point of the ``nightly-<game>`` MLflow run, and the
+    champion's is compared with the ``eval.<score>`` its version recorded at registration
+    (:func:`register_stage`'s ``score_keys``). ``regressed`` says whether it fell by more than
+    ``margin`` (None: ``promotion.nightly_margin``); the caller decides what a regression does
+    (the flow fails and emits an event)."""
+    promotion = _promotion(cfg)
+    plan = nightly_plan(cfg, out_dir)
+    margin = promotion.nightly_margin if margin is None else float(margin)
+
+    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
+        evaluated = recipe.evaluate_model(cfg, uri, label, out)
+        return float(evaluated.summary[score]), {
+            "report_markdown": str(evaluated.report),
+            "report_dir": evaluated.report.parent,
+            "inference": evaluated.details.get("inference"),
+            "metrics": {k: evaluated.summary.get(k, math.nan) for k in series},
+        }
+
+    rows = plan.evaluate(evaluate, score, log_fn)
+    return plan.verdict(rows, f"metric.eval.{score}", margin, metric=score)

@@ -21,12 +21,13 @@ def _fake_gtr_eval(returns_by_label: dict[str, list[float]]):
         returns = returns_by_label[label]
         mean = sum(returns) / len(returns)
         summary = {"episodes": len(returns), "mean_return": mean, "success_rate": mean / 2}
-        out_dir.mkdir(parents=True, exist_ok=True)  # what the real one writes
-        (out_dir / "report.md").write_text(f"# {label}\n")
+        report = out_dir / "report" / "report.md"  # where the real one writes it
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(f"# {label}\n")
         return {
             "summary": summary,
             "scores": {"returns": returns},
-            "report_markdown": str(out_dir / "report.md"),
+            "report_markdown": str(report),
         }
 
     return fake
@@ -81,9 +82,14 @@ def test_espo_nightly_compares_the_champions_step_sr_with_its_recorded_one(
     def fake(cfg: Any, model_ref: str, label: str, dataset: Path, out_dir: Path):
         assert (dataset / "episodes.jsonl").is_file()  # the pipeline's own data stage
         seen.append((label, out_dir))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "report.md").write_text(f"# {label}\n")
-        return {"summary": {"step_sr": step_sr[label]}, "report_markdown": str(out_dir / "r")}
+        report = out_dir / "report" / "report.md"  # where the real one writes it
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(f"# {label}\n")
+        return {
+            "summary": {"step_sr": step_sr[label]},
+            "scores": {"scores": [step_sr[label]]},
+            "report_markdown": str(report),
+        }
 
     monkeypatch.setattr(espo, "evaluate_espo_model", fake)
     ok = espo.nightly_evaluate(cfg, tmp_path / "n1")

@@ -1,5 +1,6 @@
 """The stage envelope on its own (skip on a matching marker, rerun on changed inputs, no marker
-from a failing body, nesting under the flow's run) and the one register-and-gate step."""
+from a failing body, nesting under the flow's run), the one register-and-gate step, and the
+generic evaluate / register / nightly stages over a recipe's ``evaluate_model``."""
 
 from __future__ import annotations
 
@@ -9,16 +10,22 @@ from typing import Any
 
 import pytest
 
+from odyssey_core.recipe import Evaluation, ExampleInput, Recipe
 from odyssey_core.stages import (
     DONE_MARKER,
+    PromotionStage,
     RunConfig,
     Stage,
     StageContext,
+    evaluate_stage,
+    fetch,
     fingerprint,
+    nightly_stage,
     numeric,
     parent_run,
     read_marker,
     register_and_gate,
+    register_stage,
     run_stage,
     run_store,
     training_dir,
@@ -211,3 +218,186 @@ def test_register_and_gate_against_base_then_champion(tmp_path: Path) -> None:
     assert runs["promote-2"].data.params == {"reference": "champion", "reference_version": "1"}
     assert runs["promote-1"].data.params["reference_version"] == "base"
     json.dumps([first, second])  # plain outputs, fit for a marker
+
+
+# -- the generic evaluate / register / nightly stages ---------------------------------------------
+
+
+class ToyRunConfig(RunConfig):
+    """A pipeline config with the shared promotion section, as every recipe's has."""
+
+    game: str = "toy"
+    promotion: PromotionStage = PromotionStage()
+
+
+class ToyEvaluations:
+    """A recipe's evaluation of one model: scores read from the model folder (a real store
+    folder or local path), a report with a picture beside it; counts whom it played."""
+
+    def __init__(self) -> None:
+        self.played: list[tuple[str, str]] = []
+
+    def __call__(self, cfg: RunConfig, ref: str, label: str, out_dir: Path) -> Evaluation:
+        self.played.append((ref, label))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        model = fetch(cfg, ref, out_dir / "model") if "://" in ref else Path(ref)
+        scores = json.loads((model / "scores.json").read_text())
+        report = out_dir / "report" / "report.md"
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(f"# {label}\n")
+        (report.parent / "plot.png").write_bytes(b"png")
+        mean = sum(scores) / len(scores)
+        return Evaluation(
+            scores=scores,
+            summary={"mean": mean, "undefined": float("nan")},
+            report=report,
+            details={"inference": {"source": "toy"}},
+        )
+
+
+def _recipe(evaluate: ToyEvaluations) -> Recipe:
+    def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("not part of the stages")
+
+    return Recipe(
+        name="toy",
+        summary="a recipe of fixed scores",
+        settings_type=dict,
+        load_settings=unused,
+        build_trainer=unused,
+        response_format="odysseus",
+        system_prompt=unused,
+        owns_model=unused,
+        serving_env=unused,
+        example_input=ExampleInput(text="", frame_shape=(1, 1, 3)),
+        load_pipeline=unused,
+        evaluate_model=evaluate,
+        nightly_evaluate=unused,
+    )
+
+
+def _model(cfg: RunConfig, name: str, scores: list[float]) -> str:
+    """A 'model' folder in the run's store whose evaluation gives ``scores``."""
+    folder = cfg.run_dir / "models-src" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "scores.json").write_text(json.dumps(scores))
+    return run_store(cfg, "models").put_dir(folder, name)
+
+
+def _toy_cfg(tmp_path: Path, run: str = "run", **more: Any) -> ToyRunConfig:
+    return ToyRunConfig(name="toy", run_dir=tmp_path / run, experiment="odyssey/test", **more)
+
+
+def test_evaluate_stage_plays_the_rows_publishes_and_reruns_on_a_republished_row(
+    tmp_path: Path,
+) -> None:
+    cfg = _toy_cfg(tmp_path)
+    evaluate = ToyEvaluations()
+    recipe = _recipe(evaluate)
+    base, candidate = _model(cfg, "base", [0.0, 1.0]), _model(cfg, "cand", [2.0, 4.0])
+    rows = {"base": base, "sft": None, "candidate": candidate}
+
+    out = evaluate_stage(cfg, recipe, rows, extra=lambda e: {"gap": 2.5, "note": "toy"})
+    assert evaluate.played == [(base, "base"), (candidate, "candidate")]  # no sft row
+    assert (out["episodes"], out["mean"], out["base_mean"]) == (2, 3.0, 0.5)
+    assert out["undefined"] is None and (out["gap"], out["note"]) == (2.5, "toy")
+    recorded = json.loads(Path(out["scores_path"]).read_text())
+    assert recorded["scores"] == [2.0, 4.0]
+    assert recorded["rows"] == {
+        "base": {"uri": base, "scores": [0.0, 1.0]},
+        "candidate": {"uri": candidate, "scores": [2.0, 4.0]},
+    }
+    store = run_store(cfg)
+    published = {f.path for f in store.read_manifest(store.key_for(out["report_uri"])).files}
+    assert published == {"report.md", "plot.png"}  # the report's folder, not the model
+    fetched = store.get_file(store.key_for(out["scores_uri"]), tmp_path / "s.json")
+    assert json.loads(Path(fetched).read_text()) == recorded
+    (run,) = _stage_runs(cfg)
+    assert run.data.metrics == {"eval.mean": 3.0, "base_mean": 0.5, "gap": 2.5}
+    json.dumps(out, allow_nan=False)  # strict JSON: NaN became None
+
+    assert evaluate_stage(cfg, recipe, rows) == out  # same inputs: the marker answers
+    assert len(evaluate.played) == 2
+    _model(cfg, "base", [1.0, 1.0])  # the base model republished under the same URI
+    again = evaluate_stage(cfg, recipe, rows)
+    assert again["base_mean"] == 1.0 and len(evaluate.played) == 4
+
+    with pytest.raises(ValueError, match="needs a candidate row"):
+        evaluate_stage(cfg, recipe, {"base": base})
+
+
+def test_register_stage_reuses_the_base_row_then_plays_the_champion(tmp_path: Path) -> None:
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = _toy_cfg(tmp_path)
+    evaluate = ToyEvaluations()
+    recipe = _recipe(evaluate)
+    base = _model(cfg, "base", [0.0, 1.0, 0.5, 0.2])
+    strong = _model(cfg, "strong", [10.0, 11.0, 10.0, 9.0])
+    evaluation = evaluate_stage(cfg, recipe, {"base": base, "candidate": strong})
+    first = register_stage(
+        cfg, recipe, strong, evaluation, base, score_keys=("mean", "episodes"), metric="mean"
+    )
+    assert first["promoted"] and first["reference"] == "base" and first["metric"] == "mean"
+    assert first["reference_mean"] == pytest.approx(0.425)
+    assert evaluate.played == [(base, "base"), (strong, "candidate")]  # base not played again
+
+    # the next candidate, from another run folder, against the champion played now; the
+    # pipeline's promotion margin is the gate's
+    shared = {"tracking_uri": cfg.mlflow_uri, "artifact_uri": cfg.store_uri}
+    cfg2 = _toy_cfg(
+        tmp_path, "run2", run_id="second", promotion=PromotionStage(margin=0.5), **shared
+    )
+    close = _model(cfg2, "close", [10.5, 11.5, 10.5, 9.5])
+    evaluation = evaluate_stage(cfg2, recipe, {"candidate": close})
+    second = register_stage(
+        cfg2, recipe, close, evaluation, base, score_keys=("mean",), reference_keys=("undefined",)
+    )
+    assert (second["reference"], second["reference_version"], second["version"]) == (
+        "champion",
+        1,
+        2,
+    )
+    assert not second["promoted"]  # 0.5 ahead is not ahead by more than the 0.5 margin
+    assert second["reference_mean"] == pytest.approx(10.0)
+    assert second["reference_undefined"] is None  # the champion's NaN summary number
+    assert evaluate.played[-1] == (
+        ModelRegistry(cfg.mlflow_uri).checkpoint_uri("toy", 1),
+        "champion",
+    )
+    tags = ModelRegistry(cfg.mlflow_uri).client.get_model_version("odysseus-toy", "2").tags
+    assert tags["metric.eval.mean"] == repr(10.5) and tags["odyssey.recipe"] == "toy"
+    assert tags["odyssey.pipeline_run"] == "second"
+
+    with pytest.raises(TypeError, match="no promotion: section"):
+        register_stage(_cfg(tmp_path), recipe, close, evaluation, base)
+
+
+def test_nightly_stage_compares_the_champion_with_its_recorded_score(tmp_path: Path) -> None:
+    from odyssey_core.registry.models import ModelRegistry
+
+    cfg = _toy_cfg(tmp_path, promotion=PromotionStage(nightly_margin=1.0))
+    evaluate = ToyEvaluations()
+    recipe = _recipe(evaluate)
+    champion = _model(cfg, "champion", [5.0, 5.0])
+    registry = ModelRegistry(cfg.mlflow_uri)
+    registry.register_checkpoint(champion, "toy", metrics={"eval.mean": 5.0})
+    registry.promote("toy", [5.0, 5.0, 5.0], base_scores=[0.0, 0.0, 0.5])
+
+    ok = nightly_stage(cfg, recipe, score="mean", out_dir=tmp_path / "n1", log_fn=lambda _: None)
+    assert not ok["regressed"] and ok["current"] == ok["recorded"] == 5.0
+    assert ok["metric"] == "mean" and ok["margin"] == 1.0
+    assert ok["evaluated"]["champion"]["inference"] == {"source": "toy"}
+    _model(cfg, "champion", [3.0, 4.0])  # tonight the champion plays worse than recorded
+    bad = nightly_stage(cfg, recipe, score="mean", out_dir=tmp_path / "n2", log_fn=print)
+    assert bad["regressed"] and bad["current"] == 3.5
+    assert not nightly_stage(cfg, recipe, score="mean", out_dir=tmp_path / "n3", margin=2.0)[
+        "regressed"
+    ]
+    history = registry.client.get_metric_history(bad["mlflow_run_id"], "champion_mean")
+    assert sorted((m.step, m.value) for m in history) == [(0, 5.0), (1, 3.5), (2, 3.5)]
+    reports = registry.client.list_artifacts(bad["mlflow_run_id"], "reports/n2/champion")
+    assert {a.path for a in reports} == {
+        "reports/n2/champion/report.md",
+        "reports/n2/champion/plot.png",
+    }

@@ -24,7 +24,8 @@ outputs without redoing the work.
 * ``evaluate``: ``eval.episodes`` episodes on the training env with fixed deal seeds: success
   rate ± s.e., mean task return ± s.e., thought-collapse metrics; per-episode scores + report
   (which says which corrector trained the model and whether it is an oracle).
-* ``register``: :func:`odyssey_core.stages.register_and_gate`: a new version of the registered
+* ``register``: :func:`odyssey_core.stages.register_stage` (``evaluate`` and the nightly run
+  are the generic stages too, over :func:`evaluate_model`): a new version of the registered
   model ``<prefix>-<game>`` (``game`` is e.g. ``gtr-points24``), gated on the per-episode
   ``promotion.metric`` against the champion re-evaluated on the same deals or, for the first
   model, the base model.
@@ -46,6 +47,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from odyssey_core.config import deep_merge, load_preset
+from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.stages import (
     PipelineSection,
     PromotionStage,
@@ -53,11 +55,11 @@ from odyssey_core.stages import (
     Stage,
     StageContext,
     StagePreset,
+    evaluate_stage,
     fetch,
-    fetch_json,
-    nightly_plan,
+    nightly_stage,
     numeric,
-    register_and_gate,
+    register_stage,
     run_stage,
     sft_here_or_launched,
     train_here_or_launched,
@@ -70,6 +72,7 @@ __all__ = [
     "PROVENANCE_FILE",
     "GTRPipelineConfig",
     "evaluate_gtr_model",
+    "evaluate_model",
     "gate_sample",
     "gtr_sft_settings",
     "load_gtr_pipeline_config",
@@ -595,7 +598,9 @@ def evaluate_gtr_model(
         "successes": [float(s) for s in evaluation.successes],
     }
     (out_dir / "scores.json").write_text(json.dumps(scores))
-    report = out_dir / "report.md"
+    # the report in a folder of its own: the evaluation folder also holds the fetched model
+    report = out_dir / "report" / "report.md"
+    report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(_report_markdown(label, summary, evaluation.collapse.warnings(), provenance))
     return {
         "provenance": provenance,
@@ -606,43 +611,40 @@ def evaluate_gtr_model(
     }
 
 
+def evaluate_model(cfg: GTRPipelineConfig, model_ref: str, label: str, out_dir: Path) -> Evaluation:
+    """The recipe's evaluation of one model (:func:`evaluate_gtr_model`): the gate's sample is
+    the per-episode ``promotion.metric`` (return or success)."""
+    evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
+    return Evaluation(
+        scores=gate_sample(evaluated["scores"], cfg.promotion.metric),
+        summary={k: float(v) for k, v in evaluated["summary"].items()},
+        report=Path(evaluated["report_markdown"]),
+        details=evaluated,
+    )
+
+
+def _trained_with(evaluations: Mapping[str, Evaluation]) -> dict[str, Any]:
+    """Which corrector trained the candidate (from the provenance in its model folder)."""
+    provenance = evaluations["candidate"].details.get("provenance") or {}
+    corrector = provenance.get("corrector") or {}
+    return {"corrector": corrector.get("name"), "corrector_oracle": corrector.get("oracle")}
+
+
 def stage_gtr_evaluate(
     cfg: GTRPipelineConfig, checkpoint_uri: str, *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
-    """Evaluate the trained policy; returns ``scores_uri``, ``report_uri`` and the summary
-    numbers (``success_rate``, ``success_se``, ``mean_return``, ``return_se``, ...)."""
+    """Evaluate the trained policy (:func:`odyssey_core.stages.evaluate_stage`); returns
+    ``scores_uri``, ``report_uri``, the summary numbers (``success_rate``, ``success_se``,
+    ``mean_return``, ``return_se``, collapse metrics; NaN as None) and which corrector trained
+    the model."""
     params = _eval_inputs(cfg)
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        evaluated = evaluate_gtr_model(
-            cfg, checkpoint_uri, "candidate", ctx.work / f"candidate-{ctx.tag}"
-        )
-        summary = evaluated["summary"]
-        ctx.run.log_metrics(numeric({f"eval.{k}": v for k, v in summary.items()}))
-        ctx.run.log_artifact(evaluated["report_markdown"], "reports")
-        scores_uri = ctx.publish_file(evaluated["scores_path"], "scores.json")
-        report_uri = ctx.publish_file(evaluated["report_markdown"], "report.md")
-        ctx.keep(evaluated["scores_path"])
-        trained_with = (evaluated["provenance"] or {}).get("corrector") or {}
-        return {
-            "scores_uri": scores_uri,
-            "report_uri": report_uri,
-            "scores_path": evaluated["scores_path"],
-            "report_markdown": evaluated["report_markdown"],
-            "corrector": trained_with.get("name"),  # which corrector trained the model
-            "corrector_oracle": trained_with.get("oracle"),
-            # success_rate, success_se, mean_return, return_se, collapse/...; NaN (e.g. the
-            # agreement of a batch with no valid answer) becomes None: strict JSON, and equal to
-            # itself when a cached result is compared
-            **{k: v if math.isfinite(v) else None for k, v in summary.items()},
-        }
-
-    # the checkpoint's URI names the training inputs (see stage_gtr_train)
-    return run_stage(
+    return evaluate_stage(
         cfg,
-        Stage("evaluate", label="gtr-evaluate"),
-        body,
-        config=[params, checkpoint_uri],
+        RECIPES.get("gtr"),
+        {"candidate": checkpoint_uri},
+        stage=Stage("evaluate", label="gtr-evaluate"),
+        extra=_trained_with,
+        config=[params],
         params=params,
         parent_run_id=parent_run_id,
     )
@@ -667,80 +669,28 @@ def stage_gtr_register(
 ) -> dict[str, Any]:
     """Register the checkpoint as the ``candidate`` version and run the promotion gate on the
     per-episode ``promotion.metric`` against the champion (re-evaluated now, same deals) or,
-    for the first model, the base model. Returns the version, the decision and its reason."""
-    metric = cfg.promotion.metric
-    corrector = _corrector_of(_train_settings(cfg))
-
-    def evaluate_reference(model_ref: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
-        evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
-        return gate_sample(evaluated["scores"], metric), evaluated
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        # the published copy when another worker evaluated
-        candidate = fetch_json(
-            cfg,
-            evaluation.get("scores_path"),
-            evaluation.get("scores_uri"),
-            ctx.work / "candidate-scores.json",
-        )
-        summary = {
-            k: float(v) for k, v in evaluation.items() if k in _SUMMARY_KEYS and v is not None
-        }
-        outcome = register_and_gate(
-            ctx,
-            game=cfg.game,
-            checkpoint_uri=checkpoint_uri,
-            candidate_scores=gate_sample(candidate, metric),
-            base_model=base_model,
-            evaluate_reference=evaluate_reference,
-            margin=cfg.promotion.margin,
-            alpha=cfg.promotion.alpha,
-            metrics={f"eval.{k}": v for k, v in summary.items()},
-            tags={
-                "odyssey.pipeline_run": cfg.run_key,
-                "odyssey.recipe": "gtr",
-                "odyssey.eval_seed": str(cfg.eval.seed),
-                "odyssey.corrector": corrector["name"],
-                "odyssey.corrector_oracle": str(corrector["oracle"]).lower(),
-                "odyssey.sft_init": str(cfg.sft.enabled).lower(),
-            },
-            serving=_serving(_train_settings(cfg)),
-        )
-        gate, label = outcome.gate, outcome.reference
-        ref_summary = outcome.reference_evaluation["summary"]
-        ctx.run.log_params({"gate_metric": metric})
-        ctx.run.log_metrics(
-            numeric(
-                {
-                    "candidate_mean": gate.candidate.mean,
-                    f"{label}_mean": gate.reference_stats.mean,
-                    f"{label}_success_rate": ref_summary["success_rate"],
-                    f"{label}_mean_return": ref_summary["mean_return"],
-                    "version": outcome.version,
-                }
-            )
-        )
-        return {
-            **outcome.outputs(),
-            "metric": metric,
-            "candidate_mean": gate.candidate.mean,
-            "reference_mean": gate.reference_stats.mean,
-            "reference_success_rate": ref_summary["success_rate"],
-            "reference_mean_return": ref_summary["mean_return"],
-        }
-
-    return run_stage(
+    for the first model, the base model (:func:`odyssey_core.stages.register_stage`). Returns
+    the version, the decision and its reason."""
+    settings = _train_settings(cfg)
+    corrector = _corrector_of(settings)
+    return register_stage(
         cfg,
-        Stage("register", label="gtr-register"),
-        body,
-        config=[
-            cfg.game,
-            _eval_inputs(cfg),
-            cfg.promotion.model_dump(mode="json"),
-            checkpoint_uri,
-            evaluation.get("scores_uri"),
-            base_model,
-        ],
+        RECIPES.get("gtr"),
+        checkpoint_uri,
+        evaluation,
+        base_model,
+        stage=Stage("register", label="gtr-register"),
+        score_keys=_SUMMARY_KEYS,
+        reference_keys=("success_rate", "mean_return"),
+        metric=cfg.promotion.metric,
+        tags={
+            "odyssey.eval_seed": str(cfg.eval.seed),
+            "odyssey.corrector": corrector["name"],
+            "odyssey.corrector_oracle": str(corrector["oracle"]).lower(),
+            "odyssey.sft_init": str(cfg.sft.enabled).lower(),
+        },
+        serving=_serving(settings),
+        config=[_eval_inputs(cfg)],
         parent_run_id=parent_run_id,
     )
 
@@ -755,21 +705,16 @@ def nightly_evaluate(
     margin: float | None = None,
     log_fn: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """The GTR counterpart of ``odysseus.pipeline.nightly_evaluate``: evaluate the champion of
-    ``cfg.game`` (and the candidate, if any) with ``evaluate_gtr_model`` on the configured deals,
-    log ``<label>_mean`` as one more point of the ``nightly-<game>`` MLflow run, and compare the
-    champion's mean ``promotion.metric`` with the one recorded on its version. ``margin`` (None:
-    ``promotion.nightly_margin``) is how far below it may fall before ``regressed``."""
-    plan = nightly_plan(cfg, out_dir)
-    metric = cfg.promotion.metric
-    key = GTR_SCORE_KEYS[metric]
-    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-
-    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
-        evaluated = evaluate_gtr_model(cfg, uri, label, out)
-        summary = evaluated["summary"]
-        extra = {"success_rate": summary.get("success_rate", math.nan)}
-        return float(summary[key]), {**evaluated, "metrics": extra}
-
-    rows = plan.evaluate(evaluate, key, log_fn)
-    return plan.verdict(rows, f"metric.eval.{key}", margin, metric=key)
+    """Evaluate the champion of ``cfg.game`` (and the candidate, if any) on the configured
+    deals (:func:`odyssey_core.stages.nightly_stage`): the mean ``promotion.metric``
+    (``mean_return`` or ``success_rate``) against the one recorded on the champion's version;
+    ``margin`` (None: ``promotion.nightly_margin``) is how far below it may fall."""
+    return nightly_stage(
+        cfg,
+        RECIPES.get("gtr"),
+        score=GTR_SCORE_KEYS[cfg.promotion.metric],
+        out_dir=out_dir,
+        margin=margin,
+        series=("success_rate",),
+        log_fn=log_fn,
+    )

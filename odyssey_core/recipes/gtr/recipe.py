@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
-from odyssey_core.recipe import Capabilities, Evaluation, ExampleInput, Recipe
+from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
 from odyssey_core.recipes.gtr.pipeline import (
-    GTRPipelineConfig,
-    evaluate_gtr_model,
-    gate_sample,
+    evaluate_model,
     load_gtr_pipeline_config,
     nightly_evaluate,
     read_provenance,
@@ -33,17 +30,6 @@ def serving_env(game: str, model_dir: Path | None) -> str:
     """The env the provenance names, else the game's name without its prefix."""
     provenance = read_provenance(model_dir) if model_dir is not None else None
     return (provenance or {}).get("env") or game.removeprefix(GAME_PREFIX)
-
-
-def evaluate_model(cfg: GTRPipelineConfig, model_ref: str, label: str, out_dir: Path) -> Evaluation:
-    """The pipeline's fixed deals: the per-episode ``promotion.metric`` (return or success)."""
-    evaluated = evaluate_gtr_model(cfg, model_ref, label, out_dir)
-    return Evaluation(
-        scores=gate_sample(evaluated["scores"], cfg.promotion.metric),
-        summary={k: v for k, v in evaluated["summary"].items() if math.isfinite(v)},
-        report=Path(evaluated["report_markdown"]),
-        details=evaluated,
-    )
 
 
 RECIPE = Recipe(

@@ -8,9 +8,9 @@ publishes what it made to the artifact store under ``runs/<run_id>/<stage>/`` an
 small dicts of URIs and numbers; a stage reads its inputs back from the store by URI. Called
 again with the same inputs while its done marker and outputs exist, a stage returns the
 recorded outputs without redoing any work; that is how a failed run resumes (RL additionally
-continues from its latest checkpoint). ``stage_promote`` registers and gates the candidate
-with :func:`odyssey_core.stages.register_and_gate`; ``nightly_evaluate`` re-evaluates the
-champion.
+continues from its latest checkpoint). Evaluate, promote and the nightly run are the generic
+stages of :mod:`odyssey_core.stages` (``evaluate_stage``, ``register_stage``, ``nightly_stage``)
+over :func:`evaluate_model`, this recipe's evaluation of one model.
 
 Before any work, the first stage checks what the run needs from this machine
 (:func:`check_pipeline`: the teacher's environment variables, the Super Mario Land ROM, the
@@ -35,23 +35,26 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from odyssey_core.config import config_dir, deep_merge, load_preset
+from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.stages import (
     DONE_MARKER,
+    EVAL_ROWS,
     PipelineSection,
     PromotionStage,
+    RowsEvaluator,
     RunConfig,
     Stage,
     StageContext,
     StagePreset,
     advance,
+    evaluate_stage,
     fetch,
-    fetch_json,
     make_tracker,
-    nightly_plan,
+    nightly_stage,
     nightly_table,
     numeric,
     read_marker,
-    register_and_gate,
+    register_stage,
     run_stage,
     sft_here_or_launched,
     step_bar,
@@ -61,6 +64,7 @@ from odyssey_core.stages import (
 __all__ = [
     "CURATE_STAGES",
     "DONE_MARKER",
+    "EVAL_ROWS",
     "SCORE_KEY",
     "STAGES",
     "PipelineConfig",
@@ -68,12 +72,15 @@ __all__ = [
     "RunConfig",
     "check_pipeline",
     "evaluate_checkpoint",
+    "evaluate_model",
+    "evaluate_models",
     "load_pipeline_config",
     "make_tracker",
     "nightly_evaluate",
     "nightly_table",
     "pipeline_inference",
     "read_marker",
+    "rl_effect",
     "stage_annotate",
     "stage_build_dataset",
     "stage_curate",
@@ -747,9 +754,6 @@ def evaluate_checkpoint(
     }
 
 
-EVAL_ROWS = ("base", "sft", "candidate")  # the evaluate stage's rows, in the report's order
-
-
 def rl_effect(scores: Mapping[str, Sequence[float]]) -> dict[str, float]:
     """What RL did on the evaluate stage's episodes: the candidate's mean minus the SFT model's,
     its standard error, and Welch's one-sided t-test of "the candidate is ahead"
@@ -795,6 +799,45 @@ def _rl_effect_lines(scores: Mapping[str, list[float]]) -> list[str]:
     return lines
 
 
+def evaluate_model(cfg: PipelineConfig, model_ref: str, label: str, out_dir: Path) -> Evaluation:
+    """The recipe's evaluation of one model: the pipeline's suite with the RL preset's inference
+    settings (:func:`evaluate_checkpoint`); the gate's sample is the per-episode progress."""
+    evaluated = evaluate_checkpoint(cfg, model_ref, label, out_dir)
+    return Evaluation(
+        scores=[float(x) for x in evaluated["scores"]],
+        summary={"mean_progress": float(evaluated["mean"]), **evaluated["metrics"]},
+        report=Path(evaluated["report_markdown"]),
+        details=evaluated,
+    )
+
+
+def _rows_together(cfg: PipelineConfig, training_run_id: str | None) -> RowsEvaluator:
+    """The rows in one suite run (:func:`evaluate_models`): every model plays the same
+    episodes, and one report has a row per label and RL's effect."""
+
+    def evaluate(models: Mapping[str, str], out_dir: Path) -> dict[str, Evaluation]:
+        evaluated = evaluate_models(
+            cfg, models, out_dir, training_run_id=training_run_id, summary=_rl_effect_lines
+        )
+        return {
+            label: Evaluation(
+                scores=evaluated["scores"][label],
+                summary={"mean_progress": evaluated["means"][label], **evaluated["metrics"]},
+                report=Path(evaluated["report_markdown"]),
+                details=evaluated,
+            )
+            for label in models
+        }
+
+    return evaluate
+
+
+def _rl_effect_of(evaluations: Mapping[str, Evaluation]) -> dict[str, float]:
+    if "sft" not in evaluations:
+        return {}
+    return rl_effect({label: e.scores for label, e in evaluations.items()})
+
+
 def stage_evaluate(
     cfg: PipelineConfig,
     checkpoint_uri: str,
@@ -805,60 +848,25 @@ def stage_evaluate(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Evaluate the RL checkpoint (row ``candidate``) and, when given, the base model (``base``)
-    and the SFT model RL started from (``sft``) on the same episodes; returns ``report_uri``,
-    ``scores_uri`` and the candidate's mean, with each other row's mean (``<row>_mean``) and
-    RL's effect (:func:`rl_effect`: candidate minus sft). The whole report (tables, plots,
-    videos, RL's effect, and the curves of ``training_run_id``, the RL stage's MLflow run) is
-    logged to the stage's MLflow run and published. ``scores.json`` holds the candidate's
-    per-episode scores and, under ``rows``, every row's with its model's URI."""
+    and the SFT model RL started from (``sft``) on the same episodes
+    (:func:`odyssey_core.stages.evaluate_stage`); returns ``report_uri``, ``scores_uri``, the
+    candidate's ``mean_progress``, each other row's ``<row>_mean`` and RL's effect
+    (:func:`rl_effect`: candidate minus sft). The whole report (tables, plots, videos, RL's
+    effect, and the curves of ``training_run_id``, the RL stage's MLflow run) is logged to the
+    stage's MLflow run and published."""
     # how the model answers is part of what the stage depends on
     params = {
         **cfg.eval.model_dump(mode="json"),
         "inference": pipeline_inference(cfg).model_dump(mode="json"),
     }
-    given = {"base": base_model_uri, "sft": sft_model_uri, "candidate": checkpoint_uri}
-    models = {label: uri for label, uri in given.items() if uri is not None}
-    inputs = {"checkpoint": checkpoint_uri}
-    inputs.update({f"{label}_model": uri for label, uri in models.items() if label != "candidate"})
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        out = ctx.work / "candidate"
-        evaluated = evaluate_models(
-            cfg, models, out, training_run_id=training_run_id, summary=_rl_effect_lines
-        )
-        scores, means = evaluated["scores"], evaluated["means"]
-        effect = rl_effect(scores) if "sft" in scores else {}
-        rows = {f"{label}_mean": means[label] for label in models if label != "candidate"}
-        ctx.run.log_metrics(
-            numeric({**evaluated["metrics"], SCORE_KEY: means["candidate"], **rows, **effect})
-        )
-        ctx.run.log_artifact(evaluated["report_dir"], "report")
-        report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
-        recorded = {
-            "label": "candidate",
-            "scores": scores["candidate"],
-            "rows": {label: {"uri": models[label], "scores": scores[label]} for label in models},
-        }
-        (out / "scores.json").write_text(json.dumps(recorded))
-        scores_uri = ctx.publish_file(out / "scores.json", "scores.json")
-        ctx.keep(out / "scores.json")
-        return {
-            "report_uri": report_uri,
-            "scores_uri": scores_uri,
-            "scores_path": str(out / "scores.json"),
-            "report_markdown": str(evaluated["report_markdown"]),
-            "mean_progress": means["candidate"],
-            "episodes": len(scores["candidate"]),
-            **rows,
-            **numeric({k: v for k, v in effect.items() if k in ("rl_effect", "rl_effect_se")}),
-        }
-
-    return run_stage(
+    return evaluate_stage(
         cfg,
-        "evaluate",
-        body,
+        RECIPES.get("odysseus"),
+        {"base": base_model_uri, "sft": sft_model_uri, "candidate": checkpoint_uri},
+        evaluate_rows=_rows_together(cfg, training_run_id),
+        summary_keys=("mean_progress",),
+        extra=_rl_effect_of,
         config=[params],
-        inputs=inputs,
         params=params,
         parent_run_id=parent_run_id,
     )
@@ -868,7 +876,6 @@ def _serving(cfg: PipelineConfig) -> dict[str, Any]:
     """How the registered MLflow Model answers: the RL preset's inference settings."""
     inference = pipeline_inference(cfg)
     return {
-        "recipe": "odysseus",
         "image_scale": inference.image_scale,
         "image_size": inference.image_size,
         "max_new_tokens": inference.max_new_tokens,
@@ -887,61 +894,20 @@ def stage_promote(
 ) -> dict[str, Any]:
     """Register the checkpoint as the candidate version and run the promotion gate against the
     champion's scores on the same suite (re-evaluated now) or, for the first model, the base
-    model's. Returns the version, the decision and its reason."""
-    dest = cfg.stage_dir("promote") / "candidate-scores.json"
-    scores = fetch_json(cfg, evaluation.get("scores_path"), evaluation.get("scores_uri"), dest)
-    candidate_scores = [float(x) for x in scores["scores"]]
-    rows = scores.get("rows", {})
-
-    def evaluate_reference(model_uri: str, label: str, out_dir: Path) -> tuple[list[float], Any]:
-        row = rows.get(label)
-        if label == "base" and row is not None and row["uri"] == model_uri:
-            # the evaluate stage played the base model on these episodes with these settings
-            reused = [float(x) for x in row["scores"]]
-            return reused, {"mean": statistics.fmean(reused) if reused else float("nan")}
-        evaluated = evaluate_checkpoint(cfg, model_uri, label, out_dir)
-        return evaluated["scores"], evaluated
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        mean = statistics.fmean(candidate_scores) if candidate_scores else float("nan")
-        outcome = register_and_gate(
-            ctx,
-            game=cfg.game,
-            checkpoint_uri=checkpoint_uri,
-            candidate_scores=candidate_scores,
-            base_model=base_model_uri,
-            evaluate_reference=evaluate_reference,
-            margin=cfg.promotion.margin,
-            alpha=cfg.promotion.alpha,
-            metrics={SCORE_KEY: mean, "eval.episodes": float(len(candidate_scores))},
-            tags={"odyssey.pipeline_run": cfg.run_key, "odyssey.suite": cfg.eval.suite},
-            serving=_serving(cfg),
-        )
-        reference_mean = outcome.reference_evaluation["mean"]
-        ctx.run.log_metrics(
-            numeric(
-                {
-                    "candidate_mean": mean,
-                    f"{outcome.reference}_mean": reference_mean,
-                    "version": outcome.version,
-                }
-            )
-        )
-        return {**outcome.outputs(), "candidate_mean": mean, "reference_mean": reference_mean}
-
-    # The scores themselves, not their URI: a re-evaluation publishes under the same key. The
-    # checkpoint's URI already names the inputs it was trained on (see stage_rl).
-    return run_stage(
+    model's (the evaluate stage's base row when it played one)
+    (:func:`odyssey_core.stages.register_stage`). Returns the version, the decision and its
+    reason."""
+    return register_stage(
         cfg,
-        "promote",
-        body,
-        config=[
-            cfg.eval.model_dump(mode="json"),
-            cfg.promotion.model_dump(mode="json"),
-            checkpoint_uri,
-            base_model_uri,
-            candidate_scores,
-        ],
+        RECIPES.get("odysseus"),
+        checkpoint_uri,
+        evaluation,
+        base_model_uri,
+        stage="promote",
+        score_keys=(SCORE_KEY.removeprefix("eval."), "episodes"),
+        tags={"odyssey.suite": cfg.eval.suite},
+        serving=_serving(cfg),
+        config=[cfg.eval.model_dump(mode="json")],
         parent_run_id=parent_run_id,
     )
 
@@ -956,18 +922,15 @@ def nightly_evaluate(
     margin: float | None = None,
     log_fn: Callable[[str], None] = log.info,
 ) -> dict[str, Any]:
-    """Evaluate the champion (and the candidate, if any) on the suite and log each mean as one
-    more point of a time series in MLflow (run ``nightly-<game>``). ``regressed`` says whether
-    the champion fell below its recorded score by more than ``margin`` (None:
-    ``promotion.nightly_margin``); the caller decides what a regression does (the flow fails
-    and emits an event)."""
-    plan = nightly_plan(cfg, out_dir)
-    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-
-    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
-        evaluated = evaluate_checkpoint(cfg, uri, label, out)
-        # the series keeps one point per model and night: its mean, not the suite's metrics
-        return evaluated["mean"], {**evaluated, "metrics": {}}
-
-    rows = plan.evaluate(evaluate, "mean progress", log_fn)
-    return plan.verdict(rows, f"metric.{SCORE_KEY}", margin)
+    """Evaluate the champion (and the candidate, if any) on the suite and log each mean
+    progress as one more point of the ``nightly-<game>`` series
+    (:func:`odyssey_core.stages.nightly_stage`); ``regressed`` says whether the champion fell
+    below its recorded score by more than ``margin`` (None: ``promotion.nightly_margin``)."""
+    return nightly_stage(
+        cfg,
+        RECIPES.get("odysseus"),
+        score=SCORE_KEY.removeprefix("eval."),
+        out_dir=out_dir,
+        margin=margin,
+        log_fn=log_fn,
+    )

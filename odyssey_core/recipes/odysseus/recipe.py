@@ -8,10 +8,9 @@ from typing import Any, get_args
 
 from odyssey_core.config import GameName
 from odyssey_core.protocol.prompts import build_turn_text, get_system_prompt
-from odyssey_core.recipe import Capabilities, Evaluation, ExampleInput, Recipe
+from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
 from odyssey_core.recipes.odysseus.pipeline import (
-    PipelineConfig,
-    evaluate_checkpoint,
+    evaluate_model,
     load_pipeline_config,
     nightly_evaluate,
 )
@@ -35,17 +34,6 @@ def owns_model(game: str, model_dir: Path | None) -> bool:
 
 def serving_env(game: str, model_dir: Path | None) -> str:
     return game
-
-
-def evaluate_model(cfg: PipelineConfig, model_ref: str, label: str, out_dir: Path) -> Evaluation:
-    """The pipeline's suite with the RL preset's inference settings: per-episode progress."""
-    evaluated = evaluate_checkpoint(cfg, model_ref, label, out_dir)
-    return Evaluation(
-        scores=[float(x) for x in evaluated["scores"]],
-        summary={"mean_progress": float(evaluated["mean"]), **evaluated["metrics"]},
-        report=Path(evaluated["report_markdown"]),
-        details=evaluated,
-    )
 
 
 RECIPE = Recipe(

@@ -122,8 +122,12 @@ def test_stages_end_to_end_then_skip_and_rerun_on_change(tmp_path: Path) -> None
     ev = first["evaluate"]
     assert ev["episodes"] == 4 and 0.0 <= ev["success_rate"] <= 1.0
     assert {"success_se", "mean_return", "return_se", "collapse/valid_rate"} <= set(ev)
-    scores = json.loads(Path(ev["scores_path"]).read_text())
+    # the stage's scores file holds the gate's sample (promotion.metric: return); the
+    # evaluation's own, beside its report folder, the deal seeds as well
+    recorded = json.loads(Path(ev["scores_path"]).read_text())
+    scores = json.loads((Path(ev["report_markdown"]).parent.parent / "scores.json").read_text())
     assert len(scores["returns"]) == 4 and scores["seeds"] == [cfg.eval.seed + k for k in range(4)]
+    assert recorded["scores"] == scores["returns"] == recorded["rows"]["candidate"]["scores"]
     report = Path(ev["report_markdown"]).read_text()
     assert "success rate" in report
     # the report says which corrector trained the model, and that this one is an oracle
@@ -275,7 +279,14 @@ def _fake_eval(scores_by_label: dict[str, list[float]]):
     def fake(cfg: GTRPipelineConfig, model_ref: str, label: str, out_dir: Path) -> dict:
         returns = scores_by_label[label]
         summary = {"success_rate": 0.5, "mean_return": sum(returns) / len(returns)}
-        return {"summary": summary, "scores": {"returns": returns, "successes": [0.0]}}
+        report = out_dir / "report" / "report.md"  # where the real one writes it
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(f"### GTR evaluation: {label}\n")
+        return {
+            "summary": summary,
+            "scores": {"returns": returns, "successes": [0.0]},
+            "report_markdown": str(report),
+        }
 
     return fake
 
@@ -287,14 +298,15 @@ def test_gate_against_base_then_champion(tmp_path: Path, monkeypatch) -> None:
     scores = {"base": [-3.0, -2.0, -2.5, -3.0], "champion": [1.0, 0.9, 1.0, 0.8]}
     monkeypatch.setattr(pipeline, "evaluate_gtr_model", _fake_eval(scores))
     good = tmp_path / "good.json"
-    good.write_text(json.dumps({"returns": [1.0, 0.9, 1.0, 0.8], "successes": [1, 1, 1, 1]}))
+    # the evaluate stage's scores file: the candidate's per-episode gate sample (returns)
+    good.write_text(json.dumps({"scores": [1.0, 0.9, 1.0, 0.8]}))
     evaluation = {"scores_path": str(good), "success_rate": 1.0, "mean_return": 0.925}
     first = stage_gtr_register(cfg, "file:///ckpt/a", evaluation, "file:///base")
     assert first["promoted"] and first["reference"] == "base" and first["champion"] == 1
 
     # the next candidate is judged against the champion, here from a fresh run folder
     weak = tmp_path / "weak.json"
-    weak.write_text(json.dumps({"returns": [-1.0, -2.0, -1.5, -1.0], "successes": [0] * 4}))
+    weak.write_text(json.dumps({"scores": [-1.0, -2.0, -1.5, -1.0]}))
     shared = {"tracking_uri": cfg.mlflow_uri, "artifact_uri": cfg.store_uri}
     cfg2 = small(tmp_path / "run2", run_id="second", **shared)
     second = stage_gtr_register(cfg2, "file:///ckpt/b", {"scores_path": str(weak)}, "file:///x")

@@ -207,7 +207,9 @@ def test_promotion_against_base_then_champion_and_nightly(tmp_path: Path, monkey
     monkeypatch.setattr(pipeline, "evaluate_checkpoint", _fake_eval(scores))
     good = tmp_path / "good.json"
     good.write_text(json.dumps({"scores": [10.0, 11.0, 10.0, 9.0]}))
-    first = stage_promote(cfg, "file:///ckpt/a", {"scores_path": str(good)}, "file:///base")
+    # what the evaluate stage returns: its scores file and the candidate's mean progress
+    evaluated = {"scores_path": str(good), "mean_progress": 10.0, "episodes": 4}
+    first = stage_promote(cfg, "file:///ckpt/a", evaluated, "file:///base")
     assert first["promoted"] and first["reference"] == "base" and first["champion"] == 1
 
     # the second model is judged against the champion, here on a fresh run folder
@@ -215,7 +217,8 @@ def test_promotion_against_base_then_champion_and_nightly(tmp_path: Path, monkey
     weak.write_text(json.dumps({"scores": [1.0, 2.0, 1.5, 1.0]}))
     shared = {"tracking_uri": cfg.mlflow_uri, "artifact_uri": cfg.store_uri}
     cfg2 = cfg.model_copy(update={"run_dir": tmp_path / "run2", "run_id": "second", **shared})
-    second = stage_promote(cfg2, "file:///ckpt/b", {"scores_path": str(weak)}, "file:///base")
+    evaluated = {"scores_path": str(weak), "mean_progress": 1.375, "episodes": 4}
+    second = stage_promote(cfg2, "file:///ckpt/b", evaluated, "file:///base")
     assert not second["promoted"] and second["reference"] == "champion"
     assert second["reference_version"] == 1 and second["version"] == 2
     registry = ModelRegistry(cfg.mlflow_uri)
