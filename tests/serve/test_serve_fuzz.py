@@ -122,10 +122,10 @@ def _strategies(root: Path) -> dict[str, st.SearchStrategy]:
     special = _special_image_urls()
     return {
         "odyssey-model": st.one_of(st.just(MODEL), st.just(MODEL), generated_text),
-        "odyssey-part-type": st.one_of(st.sampled_from(["text", "image_url"]), generated_text),
-        # the hostile images twice as often as small real ones or generated text
+        "odyssey-part-type": st.one_of(st.just("image_url"), st.just("text"), generated_text),
+        # small real images most often, so that many requests with images are answered
         "odyssey-image-url": st.one_of(
-            st.sampled_from(special), st.sampled_from(special), small_pngs, generated_text
+            small_pngs, small_pngs, st.sampled_from(special), generated_text
         ),
         "odyssey-weights-path": st.one_of(st.sampled_from(paths), generated_text),
     }
@@ -230,11 +230,13 @@ def test_no_server_error_on_any_generated_request(server, weights_root: Path) ->
     assert sent.get("POST /v1/chat/completions 200", 0) >= 10, sent  # generation was reached
     assert sent.get("POST /v1/weights/reload 200", 0) >= 1, sent  # a real folder loaded
     assert sent.get("POST /v1/weights/reload 403", 0) >= 1, sent  # one out of the root
-    # Real values reached the checks behind them (counts from the derandomized run: far
-    # above these floors); each hostile image is also sent on its own, below.
-    for kind in ("invalid_weights", "outside_weights_root", "image_too_large"):
-        assert sent.get(f"code {kind}", 0) >= 1, (kind, sent)
-    assert sent.get("answered with an image", 0) >= 1, sent
+    # Real values reached the checks behind them (typical counts are several times these
+    # floors); test_serve_limits sends each hostile image on its own as well.
+    for kind in ("invalid_weights", "outside_weights_root"):
+        assert sent.get(f"code {kind}", 0) >= 5, (kind, sent)
+    image_codes = ("image_too_large", "image_aspect_ratio", "invalid_image", "remote_image_url")
+    assert sum(sent.get(f"code {code}", 0) for code in image_codes) >= 3, sent
+    assert sent.get("answered with an image", 0) >= 5, sent
     # after all that, the server still serves and /health answers at once
     assert httpx.get(server.url + "/health", timeout=5).status_code == 200
 
