@@ -14,6 +14,11 @@ indices per minibatch, every row in exactly one of them.
   steps over many updates, so here the unit is a whole key: its rows stay together and in
   their original (time) order, the units are shuffled, and ``size`` units go into a
   minibatch (the paper: one episode per batch).
+* ``shuffled_turns_equal_steps``: vanilla GRPO at ESPO's update count. The turns of every
+  unit are shuffled together (a minibatch mixes turns of several episodes) and cut into as
+  many minibatches as ``episodes`` makes from the same keys and ``size``, with sizes that differ
+  by at most one turn; so on one batch both take the same optimiser steps over the same turns,
+  and the comparison isolates the estimator and the step order from the update count.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import torch
 
 from odyssey_core.common.registry import Registry
 
-__all__ = ["SAMPLERS", "SamplerFn", "episodes", "shuffled_turns"]
+__all__ = ["SAMPLERS", "SamplerFn", "episodes", "shuffled_turns", "shuffled_turns_equal_steps"]
 
 SamplerFn = Callable[[torch.Tensor, int, torch.Generator], list[torch.Tensor]]
 
@@ -63,3 +68,20 @@ def episodes(batch_keys: torch.Tensor, size: int, generator: torch.Generator) ->
         torch.tensor([row for unit in order[start : start + size] for row in rows_of[unit]])
         for start in range(0, len(order), size)
     ]
+
+
+@SAMPLERS.register("shuffled_turns_equal_steps")
+def shuffled_turns_equal_steps(
+    batch_keys: torch.Tensor, size: int, generator: torch.Generator
+) -> list[torch.Tensor]:
+    """randperm(N) cut into ceil(units / ``size``) near-equal chunks (the first N mod chunks
+    one turn longer): as many optimiser steps as :func:`episodes` takes on these keys."""
+    _check(batch_keys, size)
+    n = batch_keys.numel()
+    if n == 0:
+        return []
+    steps = -(-len(set(batch_keys.tolist())) // size)
+    order = torch.randperm(n, generator=generator)
+    base, longer = divmod(n, steps)
+    lengths = [base + 1] * longer + [base] * (steps - longer)
+    return list(torch.split(order, lengths))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from odyssey_core.rl.samplers import SAMPLERS, episodes, shuffled_turns
+from odyssey_core.rl.samplers import SAMPLERS, episodes, shuffled_turns, shuffled_turns_equal_steps
 
 KEYS = torch.tensor([5, 5, 5, 2, 2, 9, 9, 9, 9, 4])
 UNITS = {5: [0, 1, 2], 2: [3, 4], 9: [5, 6, 7, 8], 4: [9]}
@@ -25,9 +25,41 @@ def as_lists(minibatches: list[torch.Tensor]) -> list[list[int]]:
 
 
 def test_registry() -> None:
-    assert SAMPLERS.names() == ["episodes", "shuffled_turns"]
+    assert SAMPLERS.names() == ["episodes", "shuffled_turns", "shuffled_turns_equal_steps"]
     assert SAMPLERS.get("episodes") is episodes
     assert SAMPLERS.get("shuffled_turns") is shuffled_turns
+    assert SAMPLERS.get("shuffled_turns_equal_steps") is shuffled_turns_equal_steps
+
+
+def test_shuffled_turns_equal_steps_exact_draw() -> None:
+    # randperm(10) under seed 1 is [5, 6, 1, 2, 0, 8, 9, 3, 7, 4]; four units: four steps of
+    # 3, 3, 2, 2 turns at size 1, two steps of 5 turns at size 3
+    assert as_lists(shuffled_turns_equal_steps(KEYS, 1, seeded())) == [
+        [5, 6, 1],
+        [2, 0, 8],
+        [9, 3],
+        [7, 4],
+    ]
+    assert as_lists(shuffled_turns_equal_steps(KEYS, 3, seeded())) == [
+        [5, 6, 1, 2, 0],
+        [8, 9, 3, 7, 4],
+    ]
+
+
+def test_shuffled_turns_equal_steps_matches_the_episodic_step_count_and_mixes_units() -> None:
+    for seed in range(20):
+        for size in (1, 2, 3, 4, 10):
+            ours = as_lists(shuffled_turns_equal_steps(KEYS, size, seeded(seed)))
+            theirs = as_lists(episodes(KEYS, size, seeded(seed)))
+            assert len(ours) == len(theirs)
+            assert sorted(row for m in ours for row in m) == list(range(10))
+            assert max(map(len, ours)) - min(map(len, ours)) <= 1
+    mixed = [
+        len(set(KEYS[m].tolist())) > 1
+        for seed in range(20)
+        for m in as_lists(shuffled_turns_equal_steps(KEYS, 1, seeded(seed)))
+    ]
+    assert sum(mixed) > len(mixed) // 2  # most minibatches hold turns of several units
 
 
 def test_shuffled_turns_exact_draw() -> None:
@@ -85,7 +117,8 @@ def test_size_larger_than_the_units() -> None:
 def test_empty_batches_and_bad_arguments() -> None:
     empty = torch.zeros(0, dtype=torch.long)
     assert episodes(empty, 1, seeded()) == [] and shuffled_turns(empty, 1, seeded()) == []
-    for sampler in (episodes, shuffled_turns):
+    assert shuffled_turns_equal_steps(empty, 1, seeded()) == []
+    for sampler in (episodes, shuffled_turns, shuffled_turns_equal_steps):
         with pytest.raises(ValueError, match="at least one unit"):
             sampler(KEYS, 0, seeded())
         with pytest.raises(ValueError, match="must be 1-D"):

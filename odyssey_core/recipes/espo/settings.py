@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from odyssey_core.config import StrictModel, load_preset, redefault
 from odyssey_core.policy.base import GenerationParams
@@ -68,7 +68,8 @@ class EspoRolloutSettings(RolloutSettings):
     episodes_per_step: int = Field(
         default=1,
         ge=1,
-        description="demonstrated episodes per training step (the paper: one episode per batch)",
+        description="demonstrated episodes per training step (one rollout batch); the paper's "
+        "'one episode per batch' is the sampler's minibatch (ppo.minibatch_size: 1)",
     )
     generation: GenerationParams = redefault(
         RolloutSettings,
@@ -95,10 +96,12 @@ class EspoPPOSettings(PPOSettings):
     weight_decay: float = redefault(PPOSettings, "weight_decay", 1e-2, "EasyR1: 1e-2")
     grad_clip: float = redefault(PPOSettings, "grad_clip", 1.0, "EasyR1: max_grad_norm 1.0")
     epochs: int = redefault(PPOSettings, "epochs", 1, "EasyR1: ppo_epochs 1")
-    sampler: Literal["episodes", "shuffled_turns"] = Field(
+    sampler: Literal["episodes", "shuffled_turns", "shuffled_turns_equal_steps"] = Field(
         default="episodes",
         description="episodes: ESPO's episodic batch sampler (whole episodes, time order kept, "
-        "episodes shuffled); shuffled_turns: vanilla GRPO's shuffled steps",
+        "episodes shuffled); shuffled_turns_equal_steps: vanilla GRPO, the batch's steps "
+        "shuffled across episodes into as many minibatches as `episodes` makes; "
+        "shuffled_turns: shuffled steps in chunks of minibatch_size turns",
     )
     minibatch_size: int = redefault(
         PPOSettings,
@@ -127,6 +130,16 @@ class EspoSettings(TrainSettings):
     rollout: EspoRolloutSettings = EspoRolloutSettings()
     advantage: EspoAdvantageSettings = EspoAdvantageSettings()
     ppo: EspoPPOSettings = EspoPPOSettings()
+
+    @model_validator(mode="after")
+    def _shuffling_needs_several_episodes(self) -> EspoSettings:
+        if self.ppo.sampler == "shuffled_turns_equal_steps" and self.rollout.episodes_per_step < 2:
+            raise ValueError(
+                "ppo.sampler shuffled_turns_equal_steps shuffles steps across the episodes of a "
+                "batch, but rollout.episodes_per_step is 1; set it to 2 or more (the same in "
+                "the ESPO run it is compared with)"
+            )
+        return self
 
 
 def load_espo_settings(preset: str | Path, overrides: dict[str, Any] | None = None) -> EspoSettings:

@@ -18,7 +18,8 @@ It configures the engine and plugs one hook into it; the loop is
 - objective: ``token_ppo``, GRPO's clipped surrogate (clip 0.2 / 0.3) with a k3 KL to the
   model the run started from (the SFT model);
 - sampler: ``episodes`` (the episodic batch sampler: one demonstration and all its samples per
-  minibatch, in time order) or ``shuffled_turns`` (vanilla GRPO);
+  minibatch, in time order) or ``shuffled_turns_equal_steps`` (vanilla GRPO: the batch's turns
+  shuffled across its demonstrations, as many minibatches as ``episodes`` makes);
 - updater: AdamW, lr 1e-6, weight decay 1e-2, constant;
 - rollout engine: the trainer's model, or vLLM / an OpenAI-compatible server that the
   trainer's weights are pushed to after every update (``rollout.backend``);

@@ -53,6 +53,7 @@ def espo_preset(folder: Path, model: Path, dataset: Path | None, **changes: Any)
         "data": {"dataset": None if dataset is None else str(dataset)},
         "rollout": {
             "samples_per_step": 2,
+            "episodes_per_step": 1,
             "generation": {"max_new_tokens": 8},
             "history_window": 1,
             "score_micro_batch": 2,

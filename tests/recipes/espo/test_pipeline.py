@@ -55,7 +55,8 @@ def test_presets_variants_and_sweep_load() -> None:
     travel = load_espo_pipeline_config("travel")
     paper = load_espo_settings(travel.train.preset)
     assert (paper.epochs, paper.advantage.k, paper.advantage.w) == (6, 1.0, 1.0)
-    assert (paper.rollout.episodes_per_step, paper.ppo.minibatch_size) == (1, 1)
+    # one episode per optimiser step; four per rollout batch (our choice, docs/paper_map.md)
+    assert (paper.rollout.episodes_per_step, paper.ppo.minibatch_size) == (4, 1)
     assert paper.data.preset == "smartspot_like" and travel.sft.epochs == 1
 
     def variant(name: str) -> tuple[EspoPipelineConfig, Any]:
@@ -67,7 +68,7 @@ def test_presets_variants_and_sweep_load() -> None:
     cfg, s = variant("all_sft")
     assert not cfg.train.enabled and cfg.sft.epochs == 1 + paper.epochs
     cfg, s = variant("vanilla_grpo")
-    assert (s.advantage.estimator, s.ppo.sampler) == ("grpo_step", "shuffled_turns")
+    assert (s.advantage.estimator, s.ppo.sampler) == ("grpo_step", "shuffled_turns_equal_steps")
     assert variant("no_cout")[1].advantage.w == 0.0
     assert not variant("no_sft")[0].sft.enabled
     assert not variant("no_phi")[1].advantage.use_phi

@@ -147,6 +147,7 @@ def test_one_training_step_has_the_grouped_layout_and_checkpoints(
             "data": {"dataset": str(dataset)},
             "rollout": {
                 "samples_per_step": 2,
+                "episodes_per_step": 1,
                 "generation": {"max_new_tokens": 6},
                 "history_window": 1,
             },

@@ -1,0 +1,83 @@
+"""The paper's variants as comparisons of equals: vanilla GRPO takes ESPO's optimiser steps over
+ESPO's turns with steps shuffled across episodes; No All and All SFT as the paper defines them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers_persona import tiny_dataset
+
+from odyssey_core.envs.persona.dataset import read_dataset
+from odyssey_core.recipes.espo.pipeline import load_espo_pipeline_config
+from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
+from odyssey_core.recipes.espo.train import EpisodeSchedule, trainer_config
+from odyssey_core.rl.samplers import SAMPLERS
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_dataset(tmp_path_factory.mktemp("persona") / "tiny")
+
+
+def variant_settings(preset: str, variant: str) -> EspoSettings:
+    cfg = load_espo_pipeline_config(preset, variant=variant)
+    return load_espo_settings(cfg.train.preset, cfg.train.overrides)
+
+
+def step_minibatches(
+    settings: EspoSettings, lengths: list[int], step: int
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The units of training step ``step``'s batch as the trainer lays them out (each scheduled
+    demonstration's G samples of its T turns, keyed by the demonstration's group) and the
+    minibatches the configured sampler cuts them into, with the trainer's seeded generator."""
+    schedule = EpisodeSchedule(
+        [str(i) for i in range(len(lengths))],
+        settings.rollout.episodes_per_step,
+        settings.rollout.samples_per_step,
+        settings.seed,
+    )
+    units = torch.tensor(
+        [
+            group
+            for group in schedule.step_episodes(step)
+            for _ in range(settings.rollout.samples_per_step)
+            for _ in range(lengths[group])
+        ]
+    )
+    config = trainer_config(settings, steps=1)
+    generator = torch.Generator().manual_seed(config.seed)
+    return units, SAMPLERS.get(config.sampler)(units, config.minibatch_size, generator)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "travel"])
+def test_vanilla_grpo_takes_espos_steps_over_espos_turns_mixing_episodes(
+    preset: str, dataset: Path
+) -> None:
+    espo, vanilla = variant_settings(preset, "espo"), variant_settings(preset, "vanilla_grpo")
+    assert (espo.advantage.estimator, vanilla.advantage.estimator) == ("espo", "grpo_step")
+    # the same rollout: the same demonstrations per step, the same samples of each
+    assert espo.rollout == vanilla.rollout and espo.epochs == vanilla.epochs
+    lengths = [len(e.steps) for e in read_dataset(dataset, split="train")]
+    for step in range(4):
+        units, espo_steps = step_minibatches(espo, lengths, step)
+        same_units, vanilla_steps = step_minibatches(vanilla, lengths, step)
+        assert torch.equal(units, same_units)
+        # one optimiser step per demonstration (the last step of an epoch may have fewer)
+        demonstrations = len(set(units.tolist()))
+        assert 2 <= demonstrations <= espo.rollout.episodes_per_step
+        assert len(vanilla_steps) == len(espo_steps) == demonstrations
+        turns = sorted(torch.cat(vanilla_steps).tolist())
+        assert turns == sorted(torch.cat(espo_steps).tolist()) == list(range(units.numel()))
+        # ESPO: one demonstration (all its samples) per optimiser step; vanilla: several
+        assert all(len(set(units[m].tolist())) == 1 for m in espo_steps)
+        assert all(len(set(units[m].tolist())) > 1 for m in vanilla_steps)
+
+
+def test_shuffling_across_episodes_refuses_one_episode_per_batch() -> None:
+    with pytest.raises(ValueError, match="episodes_per_step is 1"):
+        load_espo_settings(
+            "tiny",
+            {"rollout": {"episodes_per_step": 1}, "ppo": {"sampler": "shuffled_turns_equal_steps"}},
+        )
