@@ -242,3 +242,45 @@ def test_a_resave_of_a_step_never_leaves_a_moment_without_it(
     else:
         raise AssertionError("the re-save never finished")
     assert versions == {1, 2}  # some kills landed before the swap, and the last run after it
+
+
+# -- publishing renames --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("can_swap", [True, False])
+def test_replace_folder_swaps_a_folder_in_over_a_full_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, can_swap: bool
+) -> None:
+    if not can_swap:  # a filesystem without RENAME_EXCHANGE: old aside, new in, old deleted
+        monkeypatch.setattr(files, "exchange_paths", lambda a, b: False)
+    final = tmp_path / "model"
+    (final / "sub").mkdir(parents=True)
+    (final / "sub" / "old.txt").write_text("old")
+    staged = tmp_path / ".model.partial"
+    staged.mkdir()
+    (staged / "new.txt").write_text("new")
+    files.replace_folder(staged, final)
+    assert [p.name for p in final.iterdir()] == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # nothing left beside it
+
+
+def test_a_published_file_is_synced_before_its_rename_and_its_folder_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        kind = "folder" if os.path.isdir(f"/proc/self/fd/{fd}") else "file"
+        events.append(f"fsync {kind}")
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append("rename")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    files.atomic_write(tmp_path / "latest", "step-000000001\n")
+    assert events == ["fsync file", "rename", "fsync folder"]
+    assert (tmp_path / "latest").read_text() == "step-000000001\n"
