@@ -9,7 +9,7 @@ numbers, and writes ``done.json`` last, so a rerun with the same inputs skips th
   SmartSpot records), or the seeded generator's preset; published as the dataset every later
   stage reads.
 * ``sft`` (the cold start; ``sft.enabled``): one example per demonstrated training step
-  (:mod:`~odyssey_core.recipes.espo.sft_data`), ``sft.epochs`` epochs of
+  (:mod:`~odyssey_core.recipes.espo.sft_data`), :func:`sft_epochs` epochs of
   :func:`odyssey_core.sft.trainer.run_sft` on the base model with the ESPO system prompt.
 * ``train`` (``train.enabled``; off for the SFT-only variants):
   :func:`~odyssey_core.recipes.espo.train.build_trainer` from the SFT model, resumable.
@@ -81,6 +81,7 @@ __all__ = [
     "load_espo_pipeline_config",
     "nightly_evaluate",
     "pipeline_dataset",
+    "sft_epochs",
     "stage_espo_data",
     "stage_espo_evaluate",
     "stage_espo_register",
@@ -119,8 +120,11 @@ ESPO_SCORE_KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "intent_f1", "forma
 
 class EspoSFTStage(PipelineSection):
     enabled: bool = Field(default=True, description="false: the no-SFT-cold-start variant")
-    epochs: int = Field(
-        default=1, ge=1, description="paper: one; the all-SFT variant: as many as SFT + ESPO"
+    epochs: int = Field(default=1, ge=1, description="the cold start's epochs (paper: one)")
+    add_rl_epochs: bool = Field(
+        default=False,
+        description="the all-SFT variant: SFT runs `epochs` plus the training preset's epochs "
+        "(the iterations of SFT + ESPO, paper Fig. 2), with no RL stage",
     )
     skip_detours: bool = Field(
         default=False, description="leave the demonstrations' detour steps out of SFT"
@@ -183,7 +187,7 @@ VARIANTS_DIR = f"{PIPELINE_DIR}/variants"
 
 def variant_overlay(variant: str) -> dict[str, Any]:
     """The overlay of a paper variant (``sft_only``, ``all_sft``, ``vanilla_grpo``, ``espo``,
-    ``no_cout``, ``no_sft``, ``no_phi``, ``no_psi``)."""
+    ``no_cout``, ``no_sft``, ``no_all``, ``no_phi``, ``no_psi``)."""
     folder = config_dir() / VARIANTS_DIR
     path = folder / f"{variant}.yaml"
     if not path.is_file():
@@ -285,9 +289,17 @@ def pipeline_dataset(cfg: EspoPipelineConfig, work: Path) -> Path:
 # -- sft ------------------------------------------------------------------------------------------
 
 
+def sft_epochs(cfg: EspoPipelineConfig) -> int:
+    """The SFT stage's epochs: ``sft.epochs``, plus the training preset's (ESPO) epochs with
+    ``sft.add_rl_epochs`` (all SFT)."""
+    if not cfg.sft.add_rl_epochs:
+        return cfg.sft.epochs
+    return cfg.sft.epochs + _train_settings(cfg).epochs
+
+
 def espo_sft_settings(cfg: EspoPipelineConfig) -> Any:
     """ESPO_SFT_DEFAULTS, then the training preset's model (dtype, device, frame size), then
-    ``sft.epochs`` and ``sft.settings``."""
+    :func:`sft_epochs` and ``sft.settings``."""
     from odyssey_core.sft.settings import SFTSettings
 
     m = _train_settings(cfg).model
@@ -297,7 +309,7 @@ def espo_sft_settings(cfg: EspoPipelineConfig) -> Any:
         "attn_implementation": m.attn_implementation,
         "image_scale": m.image_scale,
         "image_size": m.image_size,
-        "epochs": cfg.sft.epochs,
+        "epochs": sft_epochs(cfg),
     }
     return SFTSettings.model_validate(
         deep_merge(deep_merge(ESPO_SFT_DEFAULTS, from_model), cfg.sft.settings)

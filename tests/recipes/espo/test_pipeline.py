@@ -15,6 +15,7 @@ from odyssey_core.recipes.espo import pipeline
 from odyssey_core.recipes.espo.pipeline import (
     EspoPipelineConfig,
     load_espo_pipeline_config,
+    sft_epochs,
     stage_espo_data,
     stage_espo_evaluate,
     stage_espo_register,
@@ -66,11 +67,13 @@ def test_presets_variants_and_sweep_load() -> None:
     cfg, s = variant("sft_only")
     assert not cfg.train.enabled and cfg.sft.enabled and cfg.sft.epochs == 1
     cfg, s = variant("all_sft")
-    assert not cfg.train.enabled and cfg.sft.epochs == 1 + paper.epochs
+    assert not cfg.train.enabled and sft_epochs(cfg) == 1 + paper.epochs
     cfg, s = variant("vanilla_grpo")
     assert (s.advantage.estimator, s.ppo.sampler) == ("grpo_step", "shuffled_turns_equal_steps")
     assert variant("no_cout")[1].advantage.w == 0.0
     assert not variant("no_sft")[0].sft.enabled
+    cfg, s = variant("no_all")
+    assert not cfg.sft.enabled and s.advantage.w == 0.0
     assert not variant("no_phi")[1].advantage.use_phi
     assert not variant("no_psi")[1].advantage.use_psi
     assert variant("espo")[1] == paper

@@ -10,7 +10,11 @@ import torch
 from helpers_persona import tiny_dataset
 
 from odyssey_core.envs.persona.dataset import read_dataset
-from odyssey_core.recipes.espo.pipeline import load_espo_pipeline_config
+from odyssey_core.recipes.espo.pipeline import (
+    espo_sft_settings,
+    load_espo_pipeline_config,
+    sft_epochs,
+)
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
 from odyssey_core.recipes.espo.train import EpisodeSchedule, trainer_config
 from odyssey_core.rl.samplers import SAMPLERS
@@ -81,3 +85,37 @@ def test_shuffling_across_episodes_refuses_one_episode_per_batch() -> None:
             "tiny",
             {"rollout": {"episodes_per_step": 1}, "ppo": {"sampler": "shuffled_turns_equal_steps"}},
         )
+
+
+@pytest.mark.parametrize("preset", ["tiny", "travel"])
+def test_all_sft_runs_the_cold_starts_epochs_plus_the_rl_epochs_and_no_rl(preset: str) -> None:
+    base = load_espo_pipeline_config(preset)
+    rl_epochs = load_espo_settings(base.train.preset, base.train.overrides).epochs
+    cfg = load_espo_pipeline_config(preset, variant="all_sft")
+    assert not cfg.train.enabled and cfg.sft.enabled
+    assert sft_epochs(cfg) == base.sft.epochs + rl_epochs
+    assert espo_sft_settings(cfg).epochs == base.sft.epochs + rl_epochs
+    # the formula follows the presets it reads: more ESPO epochs, more all-SFT epochs
+    longer = load_espo_pipeline_config(
+        preset, {"train": {"overrides": {"epochs": rl_epochs + 3}}}, variant="all_sft"
+    )
+    assert sft_epochs(longer) == base.sft.epochs + rl_epochs + 3
+    # every other pipeline trains its cold start for sft.epochs
+    assert sft_epochs(base) == espo_sft_settings(base).epochs == base.sft.epochs
+    assert sft_epochs(load_espo_pipeline_config("travel", variant="all_sft")) == 1 + 6
+
+
+def test_no_all_turns_off_both_framework_components_and_keeps_espos_training() -> None:
+    espo = load_espo_pipeline_config("travel", variant="espo")
+    cfg = load_espo_pipeline_config("travel", variant="no_all")
+    assert not cfg.sft.enabled and cfg.train.enabled
+    settings = load_espo_settings(cfg.train.preset, cfg.train.overrides)
+    paper = load_espo_settings(espo.train.preset, espo.train.overrides)
+    assert settings.advantage.w == 0.0
+    # nothing else differs from ESPO's run: the estimator, sampler, epochs, rollout
+    assert settings == paper.model_copy(
+        update={"advantage": paper.advantage.model_copy(update={"w": 0.0})}
+    )
+    no_sft = load_espo_pipeline_config("travel", variant="no_sft")
+    no_cout = load_espo_pipeline_config("travel", variant="no_cout")
+    assert cfg.train == no_cout.train and cfg.sft == no_sft.sft
