@@ -16,7 +16,8 @@ numbers, and writes ``done.json`` last, so a rerun with the same inputs skips th
 * ``evaluate``: offline (teacher-forced) EleAcc / Op F1 / Step SR / RecAcc on the test split
   with bootstrap and Wilson intervals, online episode success, the trivial baselines; the
   report and per-episode scores are published.
-* ``register``: :func:`odyssey_core.stages.register_and_gate` on the per-episode
+* ``register``: :func:`odyssey_core.stages.register_stage` (``evaluate`` and the nightly run
+  are the generic stages too, over :func:`evaluate_model`) on the per-episode
   ``promotion.metric`` against the champion re-evaluated on the same episodes (or the base
   model for the first version). The registered name carries the channel set.
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import math
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -40,6 +40,7 @@ from odyssey_core.config import config_dir, deep_merge, load_preset, read_preset
 from odyssey_core.envs.persona.dataset import read_dataset, read_manifest
 from odyssey_core.eval.report import plot_training_curves
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.evaluation import (
     evaluate_offline,
@@ -59,15 +60,16 @@ from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
 from odyssey_core.stages import (
     PipelineSection,
     PromotionStage,
+    RowsEvaluator,
     RunConfig,
     Stage,
     StageContext,
     StagePreset,
+    evaluate_stage,
     fetch,
-    fetch_json,
-    nightly_plan,
+    nightly_stage,
     numeric,
-    register_and_gate,
+    register_stage,
     run_stage,
     sft_here_or_launched,
     train_here_or_launched,
@@ -78,6 +80,7 @@ __all__ = [
     "ESPO_STAGES",
     "EspoPipelineConfig",
     "evaluate_espo_model",
+    "evaluate_model",
     "load_espo_pipeline_config",
     "nightly_evaluate",
     "pipeline_dataset",
@@ -607,6 +610,55 @@ def evaluate_espo_model(
     }
 
 
+def _evaluation(evaluated: Mapping[str, Any]) -> Evaluation:
+    """An :func:`evaluate_espo_model` result as the recipe's :class:`Evaluation`: the gate's
+    sample is the per-episode ``promotion.metric``."""
+    return Evaluation(
+        scores=[float(x) for x in evaluated["scores"]["scores"]],
+        summary={
+            k: float(v)
+            for k, v in evaluated["summary"].items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        },
+        report=Path(evaluated["report_markdown"]),
+        details=dict(evaluated),
+    )
+
+
+def evaluate_model(
+    cfg: EspoPipelineConfig, model_ref: str, label: str, out_dir: Path
+) -> Evaluation:
+    """The recipe's evaluation of one model: the pipeline's evaluation splits, teacher-forced
+    and live (:func:`evaluate_espo_model` on :func:`pipeline_dataset`)."""
+    dataset = pipeline_dataset(cfg, out_dir)
+    return _evaluation(evaluate_espo_model(cfg, model_ref, label, dataset, out_dir))
+
+
+def _rows_on(
+    cfg: EspoPipelineConfig, data: Mapping[str, Any], training_run_id: str | None
+) -> RowsEvaluator:
+    """The rows on the data stage's demonstrations; the candidate's report also plots the
+    curves of ``training_run_id``."""
+
+    def evaluate(models: Mapping[str, str], out_dir: Path) -> dict[str, Evaluation]:
+        dataset = _dataset(cfg, data, out_dir)
+        return {
+            label: _evaluation(
+                evaluate_espo_model(
+                    cfg,
+                    ref,
+                    label,
+                    dataset,
+                    out_dir / label,
+                    training_run_id=training_run_id if label == "candidate" else None,
+                )
+            )
+            for label, ref in models.items()
+        }
+
+    return evaluate
+
+
 def stage_espo_evaluate(
     cfg: EspoPipelineConfig,
     data: Mapping[str, Any],
@@ -615,43 +667,18 @@ def stage_espo_evaluate(
     training_run_id: str | None = None,
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate the trained policy; returns ``scores_uri``, ``report_uri`` (the report folder:
-    table, plot, videos, the curves of ``training_run_id``) and the metrics."""
+    """Evaluate the trained policy (:func:`odyssey_core.stages.evaluate_stage`); returns
+    ``scores_uri``, ``report_uri`` (the report folder: table, plot, videos, the curves of
+    ``training_run_id``) and the metrics."""
     params = _eval_inputs(cfg)
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        dataset = _dataset(cfg, data, ctx.work)
-        evaluated = evaluate_espo_model(
-            cfg,
-            checkpoint_uri,
-            "candidate",
-            dataset,
-            ctx.work / f"candidate-{ctx.tag}",
-            training_run_id=training_run_id,
-        )
-        summary = evaluated["summary"]
-        ctx.run.log_metrics(numeric({f"eval.{k}": v for k, v in summary.items()}))
-        ctx.run.log_artifact(evaluated["report_dir"], "report")
-        scores_uri = ctx.publish_file(evaluated["scores_path"], "scores.json")
-        report_uri = ctx.publish_dir(evaluated["report_dir"], "report")
-        ctx.keep(evaluated["scores_path"], evaluated["report_markdown"])
-        return {
-            "scores_uri": scores_uri,
-            "report_uri": report_uri,
-            "scores_path": evaluated["scores_path"],
-            "report_markdown": evaluated["report_markdown"],
-            **{
-                k: (v if isinstance(v, float) and math.isfinite(v) else None)
-                for k, v in summary.items()
-                if k in ESPO_SCORE_KEYS or k == "online_success"
-            },
-        }
-
-    return run_stage(
+    return evaluate_stage(
         cfg,
-        Stage("evaluate", label="espo-evaluate"),
-        body,
-        config=[params, checkpoint_uri],
+        RECIPES.get("espo"),
+        {"candidate": checkpoint_uri},
+        stage=Stage("evaluate", label="espo-evaluate"),
+        evaluate_rows=_rows_on(cfg, data, training_run_id),
+        summary_keys=(*ESPO_SCORE_KEYS, "online_success"),
+        config=[params],
         inputs={"dataset": data["dataset_uri"]},
         params=params,
         parent_run_id=parent_run_id,
@@ -664,7 +691,6 @@ def stage_espo_evaluate(
 def _serving(cfg: EspoPipelineConfig) -> dict[str, Any]:
     s = _train_settings(cfg)
     return {
-        "recipe": "espo",
         "image_scale": s.model.image_scale,
         "image_size": s.model.image_size,
         "max_new_tokens": s.rollout.generation.max_new_tokens,
@@ -683,63 +709,24 @@ def stage_espo_register(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """Register the checkpoint as ``candidate`` and gate it on the per-episode
-    ``promotion.metric`` against the champion (or the base model), on the same episodes."""
-
-    def body(ctx: StageContext) -> dict[str, Any]:
-        dataset = _dataset(cfg, data, ctx.work)
-
-        def evaluate_reference(model_ref: str, label: str, out: Path) -> tuple[list[float], Any]:
-            evaluated = evaluate_espo_model(cfg, model_ref, label, dataset, out)
-            return [float(x) for x in evaluated["scores"]["scores"]], evaluated
-
-        candidate = fetch_json(
-            cfg,
-            evaluation.get("scores_path"),
-            evaluation.get("scores_uri"),
-            ctx.work / "candidate-scores.json",
-        )
-        summary = {
-            k: float(v) for k, v in evaluation.items() if k in ESPO_SCORE_KEYS and v is not None
-        }
-        outcome = register_and_gate(
-            ctx,
-            game=cfg.game,
-            checkpoint_uri=checkpoint_uri,
-            candidate_scores=[float(x) for x in candidate["scores"]],
-            base_model=base_model,
-            evaluate_reference=evaluate_reference,
-            margin=cfg.promotion.margin,
-            alpha=cfg.promotion.alpha,
-            metrics={f"eval.{k}": v for k, v in summary.items()},
-            tags={
-                "odyssey.pipeline_run": cfg.run_key,
-                "odyssey.recipe": "espo",
-                "odyssey.sft_init": str(cfg.sft.enabled).lower(),
-                "odyssey.espo_stage": str(cfg.train.enabled).lower(),
-                "odyssey.dataset_hash": str(data.get("content_hash")),
-            },
-            serving=_serving(cfg),
-        )
-        gate = outcome.gate
-        return {
-            **outcome.outputs(),
-            "metric": cfg.promotion.metric,
-            "candidate_mean": gate.candidate.mean,
-            "reference_mean": gate.reference_stats.mean,
-        }
-
-    return run_stage(
+    ``promotion.metric`` against the champion (or the base model), on the same episodes
+    (:func:`odyssey_core.stages.register_stage`)."""
+    return register_stage(
         cfg,
-        Stage("register", label="espo-register"),
-        body,
-        config=[
-            cfg.game,
-            _eval_inputs(cfg),
-            cfg.promotion.model_dump(mode="json"),
-            checkpoint_uri,
-            evaluation.get("scores_uri"),
-            base_model,
-        ],
+        RECIPES.get("espo"),
+        checkpoint_uri,
+        evaluation,
+        base_model,
+        stage=Stage("register", label="espo-register"),
+        score_keys=ESPO_SCORE_KEYS,
+        metric=cfg.promotion.metric,
+        tags={
+            "odyssey.sft_init": str(cfg.sft.enabled).lower(),
+            "odyssey.espo_stage": str(cfg.train.enabled).lower(),
+            "odyssey.dataset_hash": str(data.get("content_hash")),
+        },
+        serving=_serving(cfg),
+        config=[_eval_inputs(cfg)],
         inputs={"dataset": data["dataset_uri"]},
         parent_run_id=parent_run_id,
     )
@@ -755,17 +742,14 @@ def nightly_evaluate(
     margin: float | None = None,
     log_fn: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's
-    dataset, log the points of the ``nightly-<game>`` series and compare the champion's
+    """Re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's dataset
+    (:func:`odyssey_core.stages.nightly_stage`) and compare the champion's
     ``promotion.metric`` with the one recorded on its version."""
-    plan = nightly_plan(cfg, out_dir)
-    dataset = pipeline_dataset(cfg, plan.out_dir)
-    metric = cfg.promotion.metric
-    margin = cfg.promotion.nightly_margin if margin is None else float(margin)
-
-    def evaluate(uri: str, label: str, out: Path) -> tuple[float, dict[str, Any]]:
-        evaluated = evaluate_espo_model(cfg, uri, label, dataset, out)
-        return float(evaluated["summary"][metric]), evaluated
-
-    rows = plan.evaluate(evaluate, metric, log_fn)
-    return plan.verdict(rows, f"metric.eval.{metric}", margin, metric=metric)
+    return nightly_stage(
+        cfg,
+        RECIPES.get("espo"),
+        score=cfg.promotion.metric,
+        out_dir=out_dir,
+        margin=margin,
+        log_fn=log_fn,
+    )

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from odyssey_core.recipe import Capabilities, Evaluation, ExampleInput, Recipe
+from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.pipeline import (
-    EspoPipelineConfig,
-    evaluate_espo_model,
+    evaluate_model,
     load_espo_pipeline_config,
     nightly_evaluate,
-    pipeline_dataset,
 )
 from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
@@ -43,26 +40,6 @@ def prepare(settings: EspoSettings, out_dir: Path) -> None:
     """Generate the preset's demonstrations into the run once (``data.dataset: null``), so
     that the ranks of a launched run all read one finished dataset folder."""
     resolve_dataset(settings.data, out_dir)
-
-
-def evaluate_model(
-    cfg: EspoPipelineConfig, model_ref: str, label: str, out_dir: Path
-) -> Evaluation:
-    """The pipeline's evaluation splits, teacher-forced and live: the per-episode
-    ``promotion.metric``."""
-    dataset = pipeline_dataset(cfg, out_dir)
-    evaluated = evaluate_espo_model(cfg, model_ref, label, dataset, out_dir)
-    summary = {
-        k: float(v)
-        for k, v in evaluated["summary"].items()
-        if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-    }
-    return Evaluation(
-        scores=[float(x) for x in evaluated["scores"]["scores"]],
-        summary=summary,
-        report=Path(evaluated["report_markdown"]),
-        details=evaluated,
-    )
 
 
 RECIPE = Recipe(
