@@ -73,15 +73,19 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     eps_low: float = 0.2,
     eps_high: float = 0.28,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate, token level, asymmetric clip (Appendix C.1; Tables 4, 9):
 
         rho   = exp(log pi_theta - log pi_old)                  per response token
         L     = -token_mean( min(rho * A, clip(rho, 1 - eps_low, 1 + eps_high) * A) )
 
-    ``advantages`` is [B, T] (see :func:`broadcast_turn_advantages`). Metrics: the fraction of
-    tokens where the clipped branch is strictly smaller (their gradient is zero), the k3-style
-    approximate KL(old || new) = token_mean((rho - 1) - log rho), and the ratio mean and max.
+    With ``dual_clip`` c (> 1; dual-clip PPO, Ye et al. 2020), a token with A < 0 takes
+    max(that surrogate, c * A): a very large ratio on a bad action no longer gives an unbounded
+    loss and gradient. ``advantages`` is [B, T] (see :func:`broadcast_turn_advantages`).
+    Metrics: the fraction of tokens where the clipped branch is strictly smaller (their gradient
+    is zero), with ``dual_clip`` the fraction held at c * A, the k3-style approximate
+    KL(old || new) = token_mean((rho - 1) - log rho), and the ratio mean and max.
     """
     mask = mask.bool()
     # Padding may hold anything; zero its log-ratio so exp() cannot overflow into the mean.
@@ -89,7 +93,15 @@ def ppo_clip_loss(
     ratio = torch.exp(log_ratio)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
-    loss = -masked_mean(torch.minimum(unclipped, clipped), mask)
+    surrogate = torch.minimum(unclipped, clipped)
+    held = torch.zeros_like(mask)
+    if dual_clip is not None:
+        if dual_clip <= 1.0:
+            raise ValueError(f"dual_clip must be above 1 (dual-clip PPO's c), got {dual_clip}")
+        floor = dual_clip * advantages
+        held = (advantages < 0) & (floor > surrogate)
+        surrogate = torch.where(advantages < 0, torch.maximum(surrogate, floor), surrogate)
+    loss = -masked_mean(surrogate, mask)
     with torch.no_grad():
         real = ratio[mask]
         metrics = {
@@ -99,6 +111,8 @@ def ppo_clip_loss(
             "actor/ratio_mean": float(real.mean()) if real.numel() else float("nan"),
             "actor/ratio_max": float(real.max()) if real.numel() else float("nan"),
         }
+        if dual_clip is not None:
+            metrics["actor/dual_clip_frac"] = float(masked_mean(held.to(ratio.dtype), mask))
     return loss, metrics
 
 
@@ -132,6 +146,7 @@ def actor_loss(
     logits: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
     token_entropy: torch.Tensor | None = None,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """L = L_clip + kl_coef * k3 - entropy_coef * H (both extras off by default, as in the paper).
 
@@ -141,7 +156,9 @@ def actor_loss(
     expectation but not the entropy's gradient, so it is refused. Without a bonus, either
     only feeds the ``actor/entropy`` metric.
     """
-    loss, metrics = ppo_clip_loss(new_logprobs, old_logprobs, advantages, mask, eps_low, eps_high)
+    loss, metrics = ppo_clip_loss(
+        new_logprobs, old_logprobs, advantages, mask, eps_low, eps_high, dual_clip
+    )
     if kl_coef > 0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs the reference policy's log-probs")

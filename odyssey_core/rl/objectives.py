@@ -7,7 +7,8 @@ one. The trainer weights each micro-batch by its share of the minibatch's units,
 accumulated gradient is exactly that of the minibatch's mean, whatever the micro-batch size.
 
 - ``token_ppo`` (Odysseus, Appendix C.1): the clipped surrogate per response token with an
-  asymmetric clip and token-mean aggregation (verl's ``token-mean``).
+  asymmetric clip and token-mean aggregation (verl's ``token-mean``); dual-clip PPO's lower
+  bound c * A on negative advantages as an option (``dual_clip``, off by default).
 - ``turn_ppo`` (GTR eq. 2): one ratio per turn on
   log pi(a_t) = lambda * sum log pi(thought tokens) + sum log pi(action tokens),
   a symmetric clip, the mean over turns.
@@ -45,6 +46,15 @@ class ObjectiveSettings:
     thought_weight: float = 1.0  # turn_ppo's lambda on the thought tokens
     kl_coef: float = 0.0  # k3 KL to the reference policy (token_ppo)
     entropy_coef: float = 0.0  # exact-entropy bonus
+    # token_ppo: dual-clip PPO's c (> 1): a token with A < 0 keeps at least c * A (None: off)
+    dual_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.dual_clip is not None and self.dual_clip <= 1.0:
+            raise ValueError(
+                f"dual_clip must be above 1 (dual-clip PPO's c, e.g. 3), got {self.dual_clip}; "
+                "null turns it off"
+            )
 
 
 @dataclass
@@ -85,7 +95,8 @@ def _padded(scored: ScoredTurns) -> tuple[torch.Tensor, torch.Tensor, torch.Tens
 
 def token_ppo(scored: ScoredTurns, s: ObjectiveSettings) -> tuple[torch.Tensor, dict[str, float]]:
     """L = -token_mean(min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A)) + kl - entropy
-    bonus, rho per response token, A_t copied onto the turn's tokens."""
+    bonus, rho per response token, A_t copied onto the turn's tokens; with ``dual_clip`` c, a
+    token with A < 0 takes max(that surrogate, c A) (dual-clip PPO)."""
     new, old, mask = _padded(scored)
     advantages = broadcast_turn_advantages(scored.advantages.float().to(new.device), mask)
     ref = None if scored.ref_logprobs is None else pad_ragged(scored.ref_logprobs)[0]
@@ -101,6 +112,7 @@ def token_ppo(scored: ScoredTurns, s: ObjectiveSettings) -> tuple[torch.Tensor, 
         kl_coef=s.kl_coef,
         entropy_coef=s.entropy_coef,
         token_entropy=None if entropy is None else entropy.to(new.device),
+        dual_clip=s.dual_clip,
     )
 
 

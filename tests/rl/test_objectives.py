@@ -104,3 +104,50 @@ def test_score_returns_the_exact_entropy_of_the_next_token_distribution(tiny_pol
         for p, flag in zip(params, was, strict=True):
             p.requires_grad_(flag)
             p.grad = None
+
+
+def dual_clip_example() -> ScoredTurns:
+    """Turn 0: A = -1 on four tokens with ratios 0.5, 1.1, 2 and 4; turn 1: A = +1 on one token
+    with ratio 4 (old log-probs 0, new log-probs log rho)."""
+    ratios = [[0.5, 1.1, 2.0, 4.0], [4.0]]
+    return _scored(
+        [[math.log(r) for r in turn] for turn in ratios],
+        [[0.0] * len(turn) for turn in ratios],
+        [-1.0, 1.0],
+        [[True] * len(turn) for turn in ratios],
+        [[False] * len(turn) for turn in ratios],
+    )
+
+
+def test_token_ppo_dual_clip_against_hand_computed_numbers() -> None:
+    """eps 0.2 / 0.3, c = 3. Per token, min(rho A, clip(rho) A): -0.8, -1.1, -2, -4 and 1.3;
+    dual clip lifts the A < 0 token at rho 4 to c A = -3 (the others are above -3), so the
+    token mean is -6.6 / 5 without it and -5.6 / 5 with it. Gradients, d L / d log pi_new:
+    -(rho A) / 5 where the unclipped branch is live (1.1: 0.22, 2: 0.4, and 4: 0.8 without the
+    dual clip), 0 where a clip holds (0.5 at 0.8 A, 4 at c A, the positive token at 1.3 A)."""
+    token_ppo = OBJECTIVES.get("token_ppo").fn
+    plain = dual_clip_example()
+    loss, metrics = token_ppo(plain, ObjectiveSettings(eps_low=0.2, eps_high=0.3))
+    loss.backward()
+    assert loss.item() == pytest.approx(6.6 / 5, abs=1e-6)
+    assert "actor/dual_clip_frac" not in metrics
+    assert plain.new_logprobs[0].grad.tolist() == pytest.approx([0.0, 0.22, 0.4, 0.8], abs=1e-6)
+    assert plain.new_logprobs[1].grad.tolist() == pytest.approx([0.0], abs=1e-6)
+
+    dual = dual_clip_example()
+    settings = ObjectiveSettings(eps_low=0.2, eps_high=0.3, dual_clip=3.0)
+    loss, metrics = token_ppo(dual, settings)
+    loss.backward()
+    assert loss.item() == pytest.approx(5.6 / 5, abs=1e-6)
+    assert metrics["actor/pg_loss"] == pytest.approx(5.6 / 5, abs=1e-6)
+    assert metrics["actor/dual_clip_frac"] == pytest.approx(1 / 5)
+    assert metrics["actor/clip_frac"] == pytest.approx(2 / 5)  # rho 0.5 and the positive token
+    assert dual.new_logprobs[0].grad.tolist() == pytest.approx([0.0, 0.22, 0.4, 0.0], abs=1e-6)
+    assert dual.new_logprobs[1].grad.tolist() == pytest.approx([0.0], abs=1e-6)
+
+
+def test_dual_clip_is_off_by_default_and_needs_c_above_one() -> None:
+    assert ObjectiveSettings().dual_clip is None
+    for c in (1.0, 0.5):
+        with pytest.raises(ValueError, match="dual_clip must be above 1"):
+            ObjectiveSettings(dual_clip=c)

@@ -103,6 +103,12 @@ class EspoPPOSettings(PPOSettings):
         "shuffled across episodes into as many minibatches as `episodes` makes; "
         "shuffled_turns: shuffled steps in chunks of minibatch_size turns",
     )
+    dual_clip: float | None = Field(
+        default=None,
+        gt=1,
+        description="dual-clip PPO's c: a token with a negative advantage keeps at least c * A "
+        "(null: off, as EasyR1's GRPO and the paper)",
+    )
     minibatch_size: int = redefault(
         PPOSettings,
         "minibatch_size",

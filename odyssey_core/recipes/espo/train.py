@@ -215,6 +215,7 @@ def trainer_config(s: EspoSettings, steps: int) -> TrainerConfig:
             eps_high=g.clip_high,
             kl_coef=g.kl_coef,
             entropy_coef=g.entropy_coef,
+            dual_clip=g.dual_clip,
         ),
         seed=s.seed,
         steps=steps,

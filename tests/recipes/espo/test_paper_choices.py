@@ -16,6 +16,7 @@ from odyssey_core.recipes.espo.advantages import (
     gate,
 )
 from odyssey_core.recipes.espo.settings import load_espo_settings
+from odyssey_core.recipes.espo.train import trainer_config
 from tests.helpers_batches import facts_batch
 
 
@@ -81,3 +82,13 @@ def test_the_estimator_reads_the_empty_stage_gate() -> None:
         # R_COUT = (phi + psi) * Intent_acc: phi = the setting, psi = sigma(+-1)
         right, wrong = empty + SIGMA1, empty + (1 - SIGMA1)
         assert cout == pytest.approx([right, right, wrong, wrong], abs=1e-6)
+
+
+def test_dual_clip_is_an_off_by_default_setting_the_objective_reads() -> None:
+    paper = load_espo_settings("paper")
+    assert paper.ppo.dual_clip is None
+    assert trainer_config(paper, steps=1).objective_settings.dual_clip is None
+    clipped = load_espo_settings("paper", {"ppo": {"dual_clip": 3.0}})
+    assert trainer_config(clipped, steps=1).objective_settings.dual_clip == 3.0
+    with pytest.raises(ValueError, match="dual_clip"):
+        load_espo_settings("paper", {"ppo": {"dual_clip": 1.0}})
