@@ -3,8 +3,9 @@
 The paper (Section 5.1) gives: Qwen2.5-VL-3B, one epoch of SFT, then six epochs of ESPO
 implemented with EasyR1, one episode per batch, k = 1 and w = 1. Everything else it leaves
 open is EasyR1's default (``examples/config.yaml`` and the actor config): G = 5 samples per
-prompt at temperature 1.0 and top-p 0.99, lr 1e-6 with weight decay 1e-2, clip 0.2 / 0.3, a
-k3 ("low_var_kl") KL to the reference at 1e-2, gradient clip 1.0, one PPO epoch per batch.
+prompt at temperature 1.0 and top-p 0.99, lr 1e-6 with weight decay 1e-2, clip 0.2 / 0.3 with
+dual clip 3.0, a k3 ("low_var_kl") KL to the reference at 1e-2, gradient clip 1.0, one PPO epoch
+per batch.
 
 A preset may start with ``inherit: other.yaml``; the paper's variants
 (``configs/espo/pipeline/variants/``) are overlays. Unknown keys are errors; a renamed key
@@ -107,7 +108,7 @@ class EspoPPOSettings(PPOSettings):
         default=None,
         gt=1,
         description="dual-clip PPO's c: a token with a negative advantage keeps at least c * A "
-        "(null: off, as EasyR1's GRPO and the paper)",
+        "(null: off; the paper preset sets EasyR1's clip_ratio_dual 3.0)",
     )
     minibatch_size: int = redefault(
         PPOSettings,

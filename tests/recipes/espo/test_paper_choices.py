@@ -15,7 +15,7 @@ from odyssey_core.recipes.espo.advantages import (
     episode_cout_rewards,
     gate,
 )
-from odyssey_core.recipes.espo.settings import load_espo_settings
+from odyssey_core.recipes.espo.settings import EspoPPOSettings, load_espo_settings
 from odyssey_core.recipes.espo.train import trainer_config
 from tests.helpers_batches import facts_batch
 
@@ -84,11 +84,11 @@ def test_the_estimator_reads_the_empty_stage_gate() -> None:
         assert cout == pytest.approx([right, right, wrong, wrong], abs=1e-6)
 
 
-def test_dual_clip_is_an_off_by_default_setting_the_objective_reads() -> None:
-    paper = load_espo_settings("paper")
-    assert paper.ppo.dual_clip is None
-    assert trainer_config(paper, steps=1).objective_settings.dual_clip is None
-    clipped = load_espo_settings("paper", {"ppo": {"dual_clip": 3.0}})
-    assert trainer_config(clipped, steps=1).objective_settings.dual_clip == 3.0
+def test_dual_clip_is_off_by_default_and_the_paper_preset_takes_easyr1s_3() -> None:
+    assert EspoPPOSettings().dual_clip is None
+    paper = load_espo_settings("paper")  # EasyR1's actor default clip_ratio_dual: 3.0
+    assert trainer_config(paper, steps=1).objective_settings.dual_clip == 3.0
+    off = load_espo_settings("paper", {"ppo": {"dual_clip": None}})
+    assert trainer_config(off, steps=1).objective_settings.dual_clip is None
     with pytest.raises(ValueError, match="dual_clip"):
         load_espo_settings("paper", {"ppo": {"dual_clip": 1.0}})
