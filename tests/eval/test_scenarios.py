@@ -1,26 +1,42 @@
-"""The packaged Section 4.2 scenario state: it holds the situation, ships with the package,
-is the one the comparison presets and suite name, and the search expert makes it again."""
+"""Section 4.2's start states: a scenario is data (level, position window, obstacle, enemies),
+the maker drives the ROM there with a script, the checker names each fact that fails, and the
+comparison presets check their state before training. The machinery runs end to end on odland
+here; the Super Mario Land scenario needs your ROM (``needs_sml``)."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
+from odyssey_core.cli import main as odyssey_cli
 from odyssey_core.eval.scenarios import (
     PACKAGED_STATES,
     SCENARIOS,
+    ScenarioError,
+    ScenarioView,
+    ScreenSprite,
+    SmlEnemiesAhead,
+    SmlPipeAhead,
     check_scenario_state,
+    check_start_states,
     expert_state_after,
+    format_script,
     make_scenario_state,
-    tall_pipe_two_walkers,
+    parse_script,
+    sml_enemies_ahead,
+    sml_pipe_ahead,
     write_scenario_state,
 )
+from odyssey_core.recipes.odysseus.settings import load_train_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = SCENARIOS["tall-pipe-two-walkers"]
+SML = SCENARIOS["tall-pipe-two-enemies"]
 
 
 def _first_frame(state: bytes) -> tuple[np.ndarray, dict]:
@@ -34,8 +50,11 @@ def _first_frame(state: bytes) -> tuple[np.ndarray, dict]:
     return observation.image, info
 
 
+# -- the packaged odland scenario ---------------------------------------------------------------
+
+
 def test_the_packaged_state_is_the_scenario_and_ships(odland_rom) -> None:
-    info = check_scenario_state(SCENARIO)  # the situation, and the facts the index recorded
+    info = check_scenario_state(SCENARIO)  # every fact of the scenario holds on the file
     assert info["level"] == "1-3" and info["lives"] == 3 and info["on_ground"]
     walkers = [o for o in info["objects"] if o["kind"] == "walker"]
     pipe = next(o for o in info["objects"] if o["kind"] == "block")
@@ -53,30 +72,164 @@ def test_the_packaged_state_is_the_scenario_and_ships(odland_rom) -> None:
     [state] = load_curated_states(ROOT / section.states.states_dir, SCENARIO.env_id)
     assert state.state == SCENARIO.path.read_bytes() and state.progress == info["progress"]
     assert (suite.max_turns, section.states.runs_per_state) == (80, 128)
+    index = json.loads((SCENARIO.path.parent / "index.json").read_text())[SCENARIO.path.name]
+    assert index["script"] == SCENARIO.script and index["turn"] == 113
 
 
-def test_the_predicate() -> None:
-    base = {"on_ground": True, "progress": 100, "camera_x": 40}
-    walker = {"kind": "walker", "x": 150, "y": 96}
-    tall = {"kind": "block", "x": 120, "y": 80}
-    assert tall_pipe_two_walkers({**base, "objects": [tall, walker, {**walker, "x": 170}]})
-    assert not tall_pipe_two_walkers({**base, "objects": [tall, walker]})  # one walker
-    low = {**tall, "y": 96}
-    assert not tall_pipe_two_walkers({**base, "objects": [low, walker, {**walker, "x": 170}]})
-    off_screen = {**walker, "x": 190}  # 190 + 16 > 40 + 160
-    assert not tall_pipe_two_walkers({**base, "objects": [tall, walker, off_screen]})
-    assert not tall_pipe_two_walkers({**base, "on_ground": False, "objects": [tall, walker]})
-
-
-@pytest.mark.slow
-def test_the_search_expert_makes_it_again(odland_rom, tmp_path: Path) -> None:
+def test_the_script_makes_the_packaged_state_again_byte_for_byte(odland_rom, tmp_path) -> None:
     made = make_scenario_state(SCENARIO)
+    assert made.turn == len(parse_script(SCENARIO.script)) == 113
+    assert made.state == SCENARIO.path.read_bytes()  # deterministic: same ROM, seed, script
     path = write_scenario_state(made, tmp_path / SCENARIO.env_id / f"{SCENARIO.name}.state")
-    check_scenario_state(SCENARIO, path)
-    packaged_frame, packaged_info = _first_frame(SCENARIO.path.read_bytes())
-    frame, info = _first_frame(made.state)
-    np.testing.assert_array_equal(frame, packaged_frame)
-    assert info == packaged_info and made.turn == 113
-    # any env: the state after N expert turns (how a Super Mario Land state can be made)
-    after = expert_state_after("odland-1-1", 3)
-    assert after.turn == 3 and after.info["progress"] > 16
+    assert check_scenario_state(SCENARIO, path) == _first_frame(made.state)[1]
+    index = json.loads((path.parent / "index.json").read_text())[path.name]
+    assert index["script"] == SCENARIO.script and index["facts"]["level"] == "1-3"
+
+
+def test_a_wrong_state_fails_naming_each_fact_that_does_not_hold_and_the_remake(
+    odland_rom, tmp_path
+) -> None:
+    # the same level, 8 turns in: the level holds, the position and the pipe do not
+    with pytest.raises(ScenarioError) as raised:
+        make_scenario_state(SCENARIO, script="b+right*8")
+    message = str(raised.value)
+    assert "fact 'position'" in message and "fact 'tall pipe ahead'" in message
+    assert "fact 'level'" not in message
+    # the packaged state of 1-3 is a wrong state for a scenario on another level
+    made = expert_state_after("odland-1-1", 2)
+    wrong = write_scenario_state(made, tmp_path / "wrong.state")
+    with pytest.raises(ScenarioError) as raised:
+        check_scenario_state(SCENARIO, wrong)
+    message = str(raised.value)
+    assert "fact 'level' (info['level'] == '1-3') does not hold: info['level'] is '1-1'" in message
+    assert f"odyssey scenario make {SCENARIO.name} --out {wrong}" in message
+
+
+def test_a_missing_or_unreadable_state_is_a_clear_error(odland_rom, tmp_path) -> None:
+    with pytest.raises(ScenarioError, match=r"no state file at .*nowhere\.state; make it with"):
+        check_scenario_state(SCENARIO, tmp_path / "nowhere.state")
+    junk = tmp_path / "junk.state"
+    junk.write_bytes(b"not a save state")
+    with pytest.raises(ScenarioError, match=r"junk\.state is not a save state of odland-1-3"):
+        check_scenario_state(SCENARIO, junk)
+    with pytest.raises(ScenarioError, match="no scenario 'nope'; known: tall-pipe"):
+        check_scenario_state("nope")
+
+
+def test_scripts_parse_and_fold() -> None:
+    turns = parse_script("b+right*3 a+right noop")
+    assert turns == [("b", "right")] * 3 + [("a", "right"), ("noop",)]
+    assert format_script(turns) == "b+right*3 a+right noop"
+    assert format_script(parse_script(SCENARIO.script)) == SCENARIO.script
+    with pytest.raises(ScenarioError, match="'right\\*x': the repeat after"):
+        parse_script("right*x")
+    with pytest.raises(ScenarioError, match="names no button"):
+        parse_script("+*2")
+
+
+def test_the_cli_makes_and_checks(odland_rom, tmp_path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "made.state"
+    made = runner.invoke(odyssey_cli, ["scenario", "make", SCENARIO.name, "--out", str(out)])
+    assert made.exit_code == 0, made.output
+    assert out.read_bytes() == SCENARIO.path.read_bytes() and "after 113 turns" in made.output
+    checked = runner.invoke(odyssey_cli, ["scenario", "check", SCENARIO.name, "--state", str(out)])
+    assert checked.exit_code == 0 and checked.output.startswith("ok: "), checked.output
+    missing = runner.invoke(
+        odyssey_cli, ["scenario", "check", SCENARIO.name, "--state", str(tmp_path / "x.state")]
+    )
+    assert missing.exit_code == 1 and "no state file at" in missing.output
+    listed = runner.invoke(odyssey_cli, ["scenario", "list"])
+    assert "tall pipe ahead" in listed.output and "mario-1-1" in listed.output
+
+
+# -- the comparison presets check their state before use ------------------------------------
+
+
+def test_the_comparison_presets_name_their_scenario_and_training_checks_it(
+    odland_rom, tmp_path
+) -> None:
+    odland = load_train_settings("compare")
+    assert odland.rollout.start_scenarios == {"odland-1-3": SCENARIO.name}
+    check_start_states(odland.rollout.start_scenarios, odland.rollout.start_states)
+    state = tmp_path / "mine.state"
+    state.write_bytes(b"whatever")
+    mario = load_train_settings(
+        "compare_mario", {"rollout": {"start_states": {"mario-1-1": state}}}
+    )
+    assert mario.rollout.start_scenarios == {"mario-1-1": SML.name}
+    assert mario.rollout.start_states == {"mario-1-1": state}
+    assert SML.path == Path("states/mario-1-1/tall-pipe-two-enemies.state")
+    with pytest.raises(ValueError, match="'tall-pipe-two-enemies': not a scenario of odland-1-3"):
+        load_train_settings("compare", {"rollout": {"start_scenarios": {"odland-1-3": SML.name}}})
+    with pytest.raises(ScenarioError, match="names no state for odland-1-3"):
+        check_start_states({"odland-1-3": SCENARIO.name}, {})
+    # a wrong state stops training before the model loads, naming the fact
+    wrong = write_scenario_state(expert_state_after("odland-1-3", 2), tmp_path / "early.state")
+    bad = load_train_settings("compare", {"rollout": {"start_states": {"odland-1-3": wrong}}})
+    from odyssey_core.recipes.odysseus.train import build_trainer
+
+    with pytest.raises(ScenarioError, match="fact 'position'"):
+        build_trainer(bad, tmp_path / "run")
+
+
+# -- Super Mario Land ---------------------------------------------------------------------------
+
+# PyBoy's documented first frame of 1-1 (its wrapper's docstring): a two-tile pipe behind
+# Mario at tile columns 1-2, Mario's four sprites at x 35 and 43, the ground below.
+_BLANK, _GROUND = 300, 352
+_MARIO = (ScreenSprite(35, 112, 0), ScreenSprite(43, 112, 1), ScreenSprite(35, 120, 16))
+
+
+def _start_screen() -> np.ndarray:
+    tiles = np.full((16, 20), _BLANK)
+    tiles[14:] = _GROUND
+    tiles[12, 1:3], tiles[13, 1:3] = (368, 369), (370, 371)
+    return tiles
+
+
+def test_sml_pipe_and_enemy_facts_read_the_screen() -> None:
+    tiles = _start_screen()
+    assert sml_pipe_ahead(tiles, 0, _MARIO, within_px=48) == 0  # the pipe is behind Mario
+    tiles[10:12, 8:10] = (368, 369)  # a pipe four tiles high, 13 px ahead of Mario's right edge
+    tiles[12:14, 8:10] = (370, 371)
+    assert sml_pipe_ahead(tiles, 0, _MARIO, within_px=48) == 4
+    assert sml_pipe_ahead(tiles, 0, _MARIO, within_px=8) == 0  # out of the window
+    assert sml_pipe_ahead(tiles, 0, (), within_px=48) == 0  # no Mario on screen
+    goombas = tuple(ScreenSprite(x, 120, 144) for x in (100, 108, 130, 138, 10))
+    assert sml_enemies_ahead(_MARIO + goombas) == 2  # two 2-sprite goombas; one behind
+    view = ScenarioView({"level": "1-1"}, tiles, 0, _MARIO + goombas[:2])
+    assert SmlPipeAhead("pipe", min_tiles=3).failure(view) is None
+    assert SmlEnemiesAhead("two", count=2).failure(view) == "1 enemies ahead on screen"
+    assert "not a Super Mario Land state" in SmlPipeAhead("pipe").failure(ScenarioView({}))
+
+
+def test_the_sml_scenario_without_a_rom_says_how_to_give_one(monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("ODYSSEY_SML_ROM", raising=False)
+    with pytest.raises(ScenarioError, match=r"ODYSSEY_SML_ROM.*--rom FILE"):
+        make_scenario_state(SML)
+    state = tmp_path / "some.state"
+    state.write_bytes(b"x")
+    with pytest.raises(ScenarioError, match="ODYSSEY_SML_ROM"):
+        check_scenario_state(SML, state)
+    with pytest.raises(ScenarioError, match="no state file at states/mario-1-1/"):
+        check_scenario_state(SML)  # the preset's path, named with the command that makes it
+    from odyssey_core.envs.pyboy.odland import packaged_rom
+
+    with pytest.raises(ScenarioError, match="Super Mario Land"):  # another game's ROM
+        make_scenario_state(SML, rom_path=packaged_rom())
+
+
+@pytest.mark.needs_sml
+@pytest.mark.slow
+def test_the_sml_scenario_is_made_from_the_rom_and_checked(sml_rom, tmp_path) -> None:
+    made = make_scenario_state(SML, rom_path=sml_rom)
+    path = write_scenario_state(made, tmp_path / SML.env_id / f"{SML.name}.state")
+    info = check_scenario_state(SML, path, rom_path=sml_rom)
+    assert info["level"] == "1-1" and 251 <= info["progress"] <= 1000
+    # the recorded script makes the same state again, with no search
+    again = make_scenario_state(SML, rom_path=sml_rom, script=made.script)
+    assert again.state == made.state
+    # the level start is not the scenario: the pipe there is behind Mario
+    with pytest.raises(ScenarioError, match="fact 'tall pipe ahead'"):
+        make_scenario_state(SML, rom_path=sml_rom, script="noop")
