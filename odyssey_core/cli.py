@@ -201,6 +201,7 @@ def _attach_groups() -> None:
     from odyssey_core.baselines.cli import baseline_group
     from odyssey_core.data.cli import curate_group
     from odyssey_core.eval.cli import eval_command
+    from odyssey_core.eval.scenario_cli import scenario_group
     from odyssey_core.fidelity.cli import bench_group
     from odyssey_core.models.cli import model_group
     from odyssey_core.recipes.espo.cli import espo_group
@@ -217,6 +218,7 @@ def _attach_groups() -> None:
     main.add_command(registry_group, "registry")
     main.add_command(espo_group, "espo")
     main.add_command(bench_group, "bench")
+    main.add_command(scenario_group, "scenario")
 
 
 _attach_groups()

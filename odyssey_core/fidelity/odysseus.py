@@ -199,7 +199,7 @@ def scenario() -> tuple[str, bytes]:
     if path is None or not Path(path).is_file():
         raise FileNotFoundError(
             f"compare.yaml names no start state for {level} (or it is missing): remake it with "
-            "`python -m odyssey_core.eval.scenarios`"
+            "`odyssey scenario make tall-pipe-two-walkers`"
         )
     return level, Path(path).read_bytes()
 

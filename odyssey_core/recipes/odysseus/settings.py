@@ -25,6 +25,7 @@ from odyssey_core.config import (
     redefault,
     resolve_data_path,
 )
+from odyssey_core.eval.scenarios import SCENARIOS
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
@@ -135,6 +136,11 @@ class OdysseusRolloutSettings(RolloutSettings):
         description="level -> a save-state file its episodes start from (Section 4.2's "
         "scenario); levels not named start at the level start",
     )
+    start_scenarios: dict[str, str] = Field(
+        default_factory=dict,
+        description="level -> the scenario (eval/scenarios.py) its start state must be; "
+        "training checks every fact of it before the first rollout",
+    )
 
 
 class RLTrainSettings(TrainSettings):
@@ -178,9 +184,16 @@ class RLTrainSettings(TrainSettings):
                 raise ValueError(
                     f"rollout.start_states[{level!r}]: no save-state file at {path} (looked in "
                     f"the working directory and under {config_dir().parent}); record one with "
-                    "`python -m odyssey_core.eval.scenarios --env <level> --turns N --out <file>`"
+                    f"`odyssey scenario make {self.rollout.start_scenarios.get(level, 'NAME')} "
+                    f"--out {path}` (`odyssey scenario list` names the scenarios)"
                 )
             self.rollout.start_states[level] = found
+        for level, name in self.rollout.start_scenarios.items():
+            if name not in SCENARIOS or SCENARIOS[name].env_id != level:
+                raise ValueError(
+                    f"rollout.start_scenarios[{level!r}] = {name!r}: not a scenario of {level}; "
+                    f"known: {', '.join(f'{s.name} ({s.env_id})' for s in SCENARIOS.values())}"
+                )
         return self
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.collapse import collapse_metrics
+from odyssey_core.eval.scenarios import check_start_states
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
@@ -108,6 +109,8 @@ def build_trainer(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(out) if resume else None
+    # a missing or wrong scenario state fails here, before the model loads
+    check_start_states(s.rollout.start_scenarios, s.rollout.start_states, rom_path=s.env.rom_path)
     policy = build_policy(s.model, s.lora, out, checkpoint, game=s.model.game)
     rollout_policy, sync_hooks = rollout_backend(s.rollout.backend, policy, out)
     collector = Collector(
