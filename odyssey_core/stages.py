@@ -70,6 +70,7 @@ __all__ = [
     "fetch",
     "fetch_json",
     "fingerprint",
+    "local_copy",
     "make_tracker",
     "nightly_stage",
     "nightly_table",
@@ -283,6 +284,14 @@ def fetch_json(cfg: RunConfig, local: str | Path | None, uri: str | None, dest: 
         store = run_store(cfg)
         path = store.get_file(store.key_for(uri), dest)
     return json.loads(Path(path).read_text())
+
+
+def local_copy(cfg: RunConfig, ref: str, work: Path, name: str = "model") -> Path:
+    """A local folder for a model (or dataset) reference: a store URI, fetched into
+    ``<work>/<name>-<hash of the URI>`` (another URI never reuses its copy), or a local path."""
+    if "://" not in ref:
+        return Path(ref)
+    return fetch(cfg, ref, work / f"{name}-{hashlib.sha256(ref.encode()).hexdigest()[:12]}")
 
 
 @contextmanager

@@ -20,6 +20,7 @@ from odyssey_core.stages import (
     evaluate_stage,
     fetch,
     fingerprint,
+    local_copy,
     nightly_stage,
     numeric,
     parent_run,
@@ -401,3 +402,13 @@ def test_nightly_stage_compares_the_champion_with_its_recorded_score(tmp_path: P
         "reports/n2/champion/report.md",
         "reports/n2/champion/plot.png",
     }
+
+
+def test_local_copy_fetches_a_store_uri_into_a_folder_named_after_it(tmp_path: Path) -> None:
+    cfg = _toy_cfg(tmp_path)
+    first, second = _model(cfg, "a", [1.0]), _model(cfg, "b", [2.0])
+    assert local_copy(cfg, str(tmp_path / "here"), tmp_path / "work") == tmp_path / "here"
+    copies = [local_copy(cfg, uri, tmp_path / "work") for uri in (first, second)]
+    assert copies[0] != copies[1] and all(c.name.startswith("model-") for c in copies)
+    assert [json.loads((c / "scores.json").read_text()) for c in copies] == [[1.0], [2.0]]
+    assert local_copy(cfg, first, tmp_path / "work", "dataset").name.startswith("dataset-")

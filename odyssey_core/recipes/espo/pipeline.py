@@ -26,7 +26,6 @@ Imports no Prefect (``flows/espo.py`` and ``tasks/espo.py`` wrap it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -66,7 +65,7 @@ from odyssey_core.stages import (
     StageContext,
     StagePreset,
     evaluate_stage,
-    fetch,
+    local_copy,
     nightly_stage,
     numeric,
     register_stage,
@@ -234,17 +233,6 @@ def _train_settings(cfg: EspoPipelineConfig, **more: Any) -> EspoSettings:
     return load_espo_settings(cfg.train.preset, deep_merge(cfg.train.overrides, more))
 
 
-def _short(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _local(cfg: EspoPipelineConfig, ref: str, work: Path) -> Path:
-    """A local folder for a store URI (fetched into a folder named after it) or a path."""
-    if "://" not in ref:
-        return Path(ref)
-    return fetch(cfg, ref, work / f"fetched-{_short(ref)}")
-
-
 # -- data -----------------------------------------------------------------------------------------
 
 
@@ -280,7 +268,7 @@ def _dataset(cfg: EspoPipelineConfig, data: Mapping[str, Any], work: Path) -> Pa
     path = Path(str(data.get("dataset_path", "")))
     if (path / "episodes.jsonl").is_file():
         return path
-    return fetch(cfg, data["dataset_uri"], work / f"dataset-{_short(data['dataset_uri'])}")
+    return local_copy(cfg, data["dataset_uri"], work, "dataset")
 
 
 def pipeline_dataset(cfg: EspoPipelineConfig, work: Path) -> Path:
@@ -515,7 +503,7 @@ def evaluate_espo_model(
     inputs = _eval_inputs(cfg)
     s = _train_settings(cfg)
     e = cfg.eval
-    model = _local(cfg, model_ref, out_dir)
+    model = local_copy(cfg, model_ref, out_dir, "fetched")
     policy = load_espo_policy(
         model,
         image_size=s.model.image_size,

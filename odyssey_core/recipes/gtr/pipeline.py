@@ -35,7 +35,6 @@ Imports no Prefect (``flows/gtr.py`` and ``tasks/gtr.py`` wrap it).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -56,7 +55,7 @@ from odyssey_core.stages import (
     StageContext,
     StagePreset,
     evaluate_stage,
-    fetch,
+    local_copy,
     nightly_stage,
     numeric,
     register_stage,
@@ -229,18 +228,6 @@ def _serving(settings: Any) -> dict[str, Any]:
         "device": settings.model.device,
         "dtype": settings.model.dtype,
     }
-
-
-def _short(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _local_model(cfg: GTRPipelineConfig, ref: str, work: Path) -> Path:
-    """A local folder for a model reference: a store URI (fetched into a folder named after the
-    URI, so a different model never reuses another's copy) or a local path."""
-    if "://" not in ref:
-        return Path(ref)
-    return fetch(cfg, ref, work / f"model-{_short(ref)}")
 
 
 # -- provenance -----------------------------------------------------------------------------------
@@ -565,7 +552,7 @@ def evaluate_gtr_model(
 
     out_dir.mkdir(parents=True, exist_ok=True)
     inputs = _eval_inputs(cfg)
-    model = _local_model(cfg, model_ref, out_dir)
+    model = local_copy(cfg, model_ref, out_dir)
     m = _train_settings(cfg).model
     policy = load_gtr_policy(
         model,
