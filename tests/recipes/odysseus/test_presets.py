@@ -122,7 +122,10 @@ def test_compare_mario_is_compare_on_the_users_state(tmp_path: Path) -> None:
             "env": odland.env,
             "model": odland.model,
             "rollout": mario.rollout.model_copy(
-                update={"start_states": odland.rollout.start_states}
+                update={
+                    "start_states": odland.rollout.start_states,
+                    "start_scenarios": odland.rollout.start_scenarios,
+                }
             ),
         }
     )
