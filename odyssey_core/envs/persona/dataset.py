@@ -10,7 +10,10 @@ channel leaves the other episodes as they were. Presets (:data:`PRESETS`):
   about 16 steps an episode; ``drop_channel="travel"`` (or any 20-episode channel) leaves
   the paper's 102.
 
-Splits are 8:1:1 by episode (:func:`assign_splits`), spread over the channels.
+Splits are 8:1:1 by episode (:func:`assign_splits`), spread over the channels. Where several
+moves are optimal the gold action is the demonstrator's first (a field is focused, then typed
+into: ``type_directly_p`` 0), and every user accepts the :data:`~.users.TOP_M` best items, so
+gold actions and labels carry no coin flip; detours stay, flagged on their steps.
 
 A dataset folder (:func:`write_dataset`, :func:`read_dataset`): ``episodes.jsonl`` (one
 :meth:`EpisodeRecord.to_json` a line, sorted keys), ``screens/<episode>/<step>.png`` and
@@ -105,6 +108,10 @@ class DatasetPreset:
     max_detours: int = 2
     popup_p: float = 0.3  # chance that an episode has a pop-up
     ambiguity_weights: tuple[float, ...] = (0.2, 0.4, 0.4)  # over AMBIGUITY_LEVELS
+    # chance that a field is typed into without the click that focuses it (both are optimal):
+    # 0 makes the demonstrated (gold) action the demonstrator's first optimal move, so a step
+    # reward and Step SR never score a coin flip
+    type_directly_p: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -173,6 +180,7 @@ def generate_episodes(
                 rng,
                 detour_p=p.detour_p,
                 max_detours=p.max_detours,
+                type_directly_p=p.type_directly_p,
                 split=split,
             )
         )

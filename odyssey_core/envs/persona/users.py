@@ -9,7 +9,10 @@ A user belongs to an :class:`Archetype` of their channel ("budget traveller", "b
   the archetype (a business traveller likes being close to the centre).
 
 The label oracle: a candidate is a Yes iff it meets every explicit slot and ranks in the
-user's top ``top_m`` by the implicit preference among the items that do.
+user's top ``top_m`` by the implicit preference among the items that do. Generated users all
+have ``top_m`` = :data:`TOP_M`, so a label follows from what the agent is shown (the explicit
+slots it typed and chose, the preference the intent names, the pool's items) and from no
+hidden per-user draw.
 
 The request is the user's own words, made from paraphrase banks at one of
 :data:`AMBIGUITY_LEVELS` (``specified`` names every slot, ``partial`` the main ones,
@@ -37,6 +40,7 @@ from odyssey_core.envs.persona.catalog import (
 __all__ = [
     "AMBIGUITY_LEVELS",
     "ARCHETYPES",
+    "TOP_M",
     "TRAVEL_ARCHETYPES",
     "Archetype",
     "Preference",
@@ -46,6 +50,8 @@ __all__ = [
 ]
 
 AMBIGUITY_LEVELS: tuple[str, ...] = ("specified", "partial", "vague")
+#: how many of the best items meeting the explicit slots every generated user accepts
+TOP_M = 2
 
 
 @dataclass(frozen=True)
@@ -483,7 +489,8 @@ def _explicit(app: str, archetype: Archetype, rng: random.Random) -> dict[str, s
 
 
 def sample_user(channel: str, rng: random.Random, ambiguity: str | None = None) -> User:
-    """A user of ``channel`` drawn with ``rng``: archetype, slots, top m, request, intent."""
+    """A user of ``channel`` drawn with ``rng``: archetype, slots, request, intent (and
+    :data:`TOP_M`)."""
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}; channels: {CHANNELS}")
     if channel == "travel":
@@ -506,5 +513,4 @@ def sample_user(channel: str, rng: random.Random, ambiguity: str | None = None) 
     request = rng.choice(_REQUESTS[channel][level]).format(**words, hint=rng.choice(hints))
     parts = [_INTENTS[app].format(**_words(wants[app])) for app in wants]
     intent = f"{', then '.join(parts)}; preferring {preference}."
-    top_m = rng.choice((1, 2))
-    return User(channel, name, wants, top_m, level, _sentence(request), _sentence(intent))
+    return User(channel, name, wants, TOP_M, level, _sentence(request), _sentence(intent))

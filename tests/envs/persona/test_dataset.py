@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from odyssey_core.envs.persona.app import PersonaApp
 from odyssey_core.envs.persona.dataset import (
+    PRESETS,
     SmartSpotFormatError,
     assign_splits,
     content_hash,
@@ -24,6 +27,7 @@ from odyssey_core.envs.persona.dataset import (
 )
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.render import FastRenderer
+from odyssey_core.envs.persona.users import TOP_M, User
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -234,3 +238,52 @@ def test_load_smartspot_rejects_bad_labels_and_pools(tmp_path: Path) -> None:
     (tmp_path / "c" / "episodes.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(SmartSpotFormatError, match=r"episodes\.json: not JSON"):
         load_smartspot(tmp_path / "c", 448, 896)
+
+
+def test_gold_search_actions_are_the_first_optimal_move_where_several_are() -> None:
+    """Step SR and the step reward score one gold action; where both "focus, then type" and
+    "type straight in" are optimal, the gold is always the first (the focusing click)."""
+    episodes = generate_episodes("smartspot_like", 0)
+    several = 0
+    for episode in episodes:
+        for step in episode.stage_steps("search"):
+            if step.detour:
+                continue
+            several += len(step.optimal) > 1
+            assert (step.gold.action, step.target_id) == step.optimal[0], (
+                episode.episode_id,
+                step.index,
+            )
+    assert several > 100  # the choice does arise
+    # the coin is still an option of the preset (and then the gold varies)
+    coin = replace(PRESETS["smartspot_like"], type_directly_p=0.5)
+    assert any(
+        (s.gold.action, s.target_id) != s.optimal[0]
+        for e in generate_episodes(coin, 0)
+        for s in e.stage_steps("search")
+        if not s.detour
+    )
+
+
+def visible_labels(episode) -> list[str]:
+    """The labels as the agent can decide them: Yes iff the candidate meets every explicit
+    slot (what the search typed and chose) and is among the TOP_M best of the listed items
+    meeting them by the preference the intent names; nothing about the user beyond that."""
+    user = User.from_json(episode.scenario["user"])
+    app = PersonaApp(episode.scenario, episode.width, episode.height)
+    listed = [app.item(c) for c in episode.candidates]  # the pool screen, one card each
+    meeting = [i for i in listed if user.meets(user.pool_app, i)]
+    assert meeting == listed  # the search's slots are what the list filters on
+    best = [i.id for i in user.preference(user.pool_app).rank(meeting)[:TOP_M]]
+    assert user.preference(user.pool_app).phrase in episode.intent
+    return ["Yes" if s.candidate in best else "No" for s in episode.stage_steps("recommend")]
+
+
+def test_yes_no_labels_follow_from_what_the_agent_is_shown() -> None:
+    episodes = generate_episodes("smartspot_like", 0)
+    for episode in episodes:
+        gold = [s.gold.text for s in episode.stage_steps("recommend")]
+        assert gold == visible_labels(episode), episode.episode_id
+    labels = Counter(s.gold.text for e in episodes for s in e.stage_steps("recommend"))
+    assert set(labels) == {"Yes", "No"}
+    assert {User.from_json(e.scenario["user"]).top_m for e in episodes} == {TOP_M}
