@@ -7,12 +7,21 @@ serves the page over loopback HTTP and drives Debian's ``/usr/bin/chromium`` wit
 
 * :meth:`BrowserRenderer.render` is a screenshot, ``uint8[H, W, 3]``;
 * :meth:`BrowserRenderer.element_boxes` measures every element with ``getBoundingClientRect``;
+* :meth:`BrowserRenderer.shown_text` reads, per element, the lines of text visible in its box
+  (every character the page laid out whose glyph lies inside the box, grouped by line);
 * :meth:`BrowserRenderer.click` sends a real mouse click and reports which element got it.
 
-:func:`check_parity` then asks, per screen, whether every measured box equals the tree's box and
-whether the browser's clicked id equals :meth:`Screen.hit` at a set of probe points (corners,
-centres, points just outside each box, seeded random points). A page that drifts from the tree
-(a box off by a pixel, a label that eats clicks meant for the button under it) shows up there.
+Text is laid out once, by :func:`~odyssey_core.envs.persona.render.layout_text` (the Pillow
+renderer's wrapping, sizes and places): the page draws those lines, one positioned block each,
+in the same font (Pillow's bundled Aileron, embedded in the page), so both renderers show the
+same words in the same lines.
+
+:func:`check_parity` then asks, per screen, whether every measured box equals the tree's box,
+whether each element shows the lines the Pillow renderer draws, and whether the browser's
+clicked id equals :meth:`Screen.hit` at a set of probe points (corners, centres, points just
+outside each box, seeded random points). A page that drifts from the tree (a box off by a pixel,
+a row cut to its first line, a label that eats clicks meant for the button under it) shows up
+there.
 
 Pixels and points: a box ``(x0, y0, x1, y1)`` is inclusive, so its div is ``x1 - x0 + 1`` CSS
 pixels wide and covers the half-open CSS interval ``[x0, x1 + 1)``. A point is a pixel index
@@ -23,6 +32,7 @@ fractional mouse point as the pixel area around it, which also reaches the neigh
 
 from __future__ import annotations
 
+import base64
 import html
 import os
 import random
@@ -41,6 +51,7 @@ import numpy as np
 from playwright.sync_api import BrowserContext, Page, Playwright, sync_playwright
 
 from odyssey_core.common.images import decode_image
+from odyssey_core.envs.persona.render import FastRenderer, bundled_font_bytes, layout_text
 from odyssey_core.envs.persona.screen import Box, Element, Screen
 
 __all__ = [
@@ -76,23 +87,22 @@ LAUNCH_FLAGS: tuple[str, ...] = (
 )
 
 BACKGROUND = "#f3f4f6"
+FONT_FAMILY = "OdysseyBundled"  # the Pillow renderer's font, embedded in every page
 # Per role: the element's own look. Nothing here may change a box's size, so the outer div has
-# no padding and no border (an inset shadow draws the border); the padding is on the text span.
+# no padding and no border (an inset shadow draws the border); text lines are positioned
+# blocks inside it, where layout_text puts them.
 ROLE_CSS: dict[str, str] = {
-    "status_bar": "background:#111827;color:#f9fafb;justify-content:space-between",
-    "title": "color:#111827;font-weight:bold",
-    "text": "color:#374151;white-space:normal;align-items:flex-start",
-    "button": "background:#2563eb;color:#ffffff;justify-content:center",
+    "status_bar": "background:#111827;color:#f9fafb",
+    "title": "color:#111827",
+    "text": "color:#374151",
+    "button": "background:#2563eb;color:#ffffff",
     "field": "background:#ffffff;color:#111827;box-shadow:inset 0 0 0 1px #9ca3af",
-    "date": "background:#ffffff;color:#111827;box-shadow:inset 0 0 0 1px #d1d5db;"
-    "justify-content:center",
+    "date": "background:#ffffff;color:#111827;box-shadow:inset 0 0 0 1px #d1d5db",
     "list_item": "background:#ffffff;color:#111827;box-shadow:inset 0 -1px 0 #e5e7eb",
-    "image": "background:#cbd5e1;color:#475569;justify-content:center",
+    "image": "background:#cbd5e1;color:#475569",
     "sheet": "background:#ffffff;box-shadow:inset 0 2px 0 #9ca3af",
-    "close": "background:#e5e7eb;color:#111827;justify-content:center;font-weight:bold",
+    "close": "background:#e5e7eb;color:#111827",
 }
-ROLE_PADDING: dict[str, str] = {"status_bar": "0 6px", "list_item": "0 6px", "text": "1px 4px"}
-DEFAULT_PADDING = "0 4px"
 SELECTED_CSS: dict[str, str] = {
     "button": "background:#1e3a8a",
     "date": "background:#f59e0b;color:#111827;box-shadow:inset 0 0 0 1px #b45309",
@@ -102,15 +112,20 @@ SELECTED_CSS: dict[str, str] = {
 SELECTED_DEFAULT_CSS = "outline:2px solid #f59e0b;outline-offset:-2px"
 
 PAGE_CSS = """
+@font-face { font-family: "%(family)s"; font-display: block;
+  src: url(data:font/ttf;base64,%(font)s) format("truetype"); }
 html, body { margin: 0; padding: 0; overflow: hidden; background: %(bg)s; }
 #screen { position: absolute; left: 0; top: 0; overflow: hidden; width: %(w)dpx;
-  height: %(h)dpx; font-family: "DejaVu Sans", sans-serif; user-select: none; }
-.el { position: absolute; box-sizing: border-box; overflow: hidden; white-space: nowrap;
-  display: flex; align-items: center; margin: 0; padding: 0; border: 0;
-  pointer-events: none; }
+  height: %(h)dpx; font-family: "%(family)s"; font-weight: normal; user-select: none;
+  font-kerning: normal; text-rendering: optimizeLegibility; }
+.el { position: absolute; box-sizing: border-box; overflow: hidden; margin: 0; padding: 0;
+  border: 0; pointer-events: none; }
 .el.clickable, .el.role-sheet { pointer-events: auto; }
 .el * { pointer-events: none; }
+.el .line { position: absolute; margin: 0; padding: 0; white-space: pre; overflow: visible; }
+.el .line.centered { left: 0; right: 0; text-align: center; }
 .el .placeholder { color: #9ca3af; }
+.el .secondary { color: #4b5563; }
 """
 
 # A click is recorded for the element it lands on. Only clickable elements and sheets take
@@ -128,6 +143,38 @@ JS_BOXES = """() => Array.from(document.querySelectorAll("#screen > [data-id]"),
   const r = el.getBoundingClientRect();
   return [el.dataset.id, r.left, r.top, r.right, r.bottom];
 })"""
+# Per element, the text visible in its box: every laid-out character whose glyph's centre lies
+# inside the element's rect (the div clips the rest), grouped into lines by vertical position,
+# top to bottom. Only the page's geometry is read, not how the page was built.
+JS_SHOWN_TEXT = """() => Array.from(document.querySelectorAll("#screen > [data-id]"), (el) => {
+  const box = el.getBoundingClientRect();
+  const lines = [];
+  const range = document.createRange();
+  const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node !== null; node = walker.nextNode()) {
+    if (getComputedStyle(node.parentElement).visibility !== "visible") continue;
+    for (let i = 0; i < node.length; i++) {
+      range.setStart(node, i);
+      range.setEnd(node, i + 1);
+      const rects = range.getClientRects();
+      if (rects.length === 0 || rects[0].width === 0) continue;  // collapsed white space
+      const r = rects[0];
+      const cx = (r.left + r.right) / 2, cy = (r.top + r.bottom) / 2;
+      if (cx < box.left || cx >= box.right || cy < box.top || cy >= box.bottom) continue;
+      let line = lines.find((l) => Math.abs(l.cy - cy) < r.height / 2);
+      if (line === undefined) {
+        line = { cy: cy, chars: [] };
+        lines.push(line);
+      }
+      line.chars.push([r.left, node.data[i]]);
+    }
+  }
+  lines.sort((a, b) => a.cy - b.cy);
+  const text = lines.map((l) => l.chars.sort((a, b) => a[0] - b[0]).map((c) => c[1]).join(""));
+  return [el.dataset.id, text.map((t) => t.trim()).filter((t) => t.length > 0)];
+})"""
+JS_FONT_READY = f"""async () => {{ await document.fonts.load('16px "{FONT_FAMILY}"');
+  await document.fonts.ready; return document.fonts.check('16px "{FONT_FAMILY}"'); }}"""
 JS_VIEWPORT = """() => { const d = document.documentElement;
   return [d.clientWidth, d.clientHeight, d.scrollWidth, d.scrollHeight]; }"""
 
@@ -136,12 +183,12 @@ class BrowserNotFoundError(RuntimeError):
     """Headless Chromium is not installed where the renderer looks for it."""
 
 
-def _element_html(element: Element, z: int) -> str:
-    """One absolutely positioned div; z-index follows paint order."""
+def _element_html(element: Element, z: int, screen_width: int, font_scale: float) -> str:
+    """One absolutely positioned div; z-index follows paint order; one positioned block per
+    line of text, where :func:`layout_text` puts it."""
     x0, y0, x1, y1 = element.box
     w, h = x1 - x0 + 1, y1 - y0 + 1
-    font = max(7, min(16, (h * 11) // 20))
-    style = f"left:{x0}px;top:{y0}px;width:{w}px;height:{h}px;z-index:{z};font-size:{font}px;"
+    style = f"left:{x0}px;top:{y0}px;width:{w}px;height:{h}px;z-index:{z};"
     style += ROLE_CSS[element.role]
     classes = ["el", f"role-{element.role}"]
     if element.clickable:
@@ -149,15 +196,23 @@ def _element_html(element: Element, z: int) -> str:
     if element.selected:
         classes.append("selected")
         style += ";" + SELECTED_CSS.get(element.role, SELECTED_DEFAULT_CSS)
-    kind = "label"
-    if element.role == "field":
-        shown, kind = (element.value, "value") if element.value else (element.text, "placeholder")
-    elif element.role == "close":
-        shown = element.text or "\u00d7"
-    else:
-        shown = element.text
-    padding = ROLE_PADDING.get(element.role, DEFAULT_PADDING)
-    body = f'<span class="{kind}" style="padding:{padding}">{html.escape(shown)}</span>'
+    layout = layout_text(element, screen_width, font_scale)
+    lines = []
+    for k, line in enumerate(layout.lines):
+        kinds = ["line"]
+        if layout.centered:
+            kinds.append("centered")
+        if layout.placeholder:
+            kinds.append("placeholder")
+        elif element.role == "list_item" and k > 0:
+            kinds.append("secondary")
+        top = layout.top + k * layout.line_height
+        place = f"top:{top}px;height:{layout.line_height}px;line-height:{layout.line_height}px;"
+        place += f"font-size:{layout.size}px;"
+        if not layout.centered:
+            place += f"left:{layout.pad}px;"
+        lines.append(f'<div class="{" ".join(kinds)}" style="{place}">{html.escape(line)}</div>')
+    body = "".join(lines)
     return (
         f'<div class="{" ".join(classes)}" data-id="{html.escape(element.id, quote=True)}" '
         f'data-role="{element.role}" data-clickable="{int(element.clickable)}" '
@@ -165,13 +220,26 @@ def _element_html(element: Element, z: int) -> str:
     )
 
 
-def screen_html(screen: Screen) -> str:
-    """A self-contained page (inline CSS and script, nothing fetched) that draws ``screen`` at
-    exactly ``width x height`` CSS pixels: one absolutely positioned div per element, in paint
-    order, each with ``data-id``; a click handler logs the id that received each click in
-    ``window.odysseyClicks`` (null when no clickable element got it)."""
-    css = PAGE_CSS % {"bg": BACKGROUND, "w": screen.width, "h": screen.height}
-    divs = "\n".join(_element_html(e, z) for z, e in enumerate(screen.elements, start=1))
+FONT_BASE64 = base64.b64encode(bundled_font_bytes()).decode("ascii")  # read once, per import
+
+
+def screen_html(screen: Screen, font_scale: float = 1.0) -> str:
+    """A self-contained page (inline CSS, font and script, nothing fetched) that draws
+    ``screen`` at exactly ``width x height`` CSS pixels: one absolutely positioned div per
+    element, in paint order, each with ``data-id``, showing the lines :func:`layout_text` lays
+    out (``font_scale`` as the Pillow renderer's); a click handler logs the id that received
+    each click in ``window.odysseyClicks`` (null when no clickable element got it)."""
+    css = PAGE_CSS % {
+        "bg": BACKGROUND,
+        "w": screen.width,
+        "h": screen.height,
+        "family": FONT_FAMILY,
+        "font": FONT_BASE64,
+    }
+    divs = "\n".join(
+        _element_html(e, z, screen.width, font_scale)
+        for z, e in enumerate(screen.elements, start=1)
+    )
     return (
         '<!doctype html>\n<html><head><meta charset="utf-8">'
         '<link rel="icon" href="data:,">'  # no favicon request
@@ -327,6 +395,14 @@ class BrowserRenderer:
             for eid, left, top, right, bottom in self._run_on(screen, self._evaluate, JS_BOXES)
         }
 
+    def shown_text(self, screen: Screen) -> dict[str, tuple[str, ...]]:
+        """Per drawn element id, the lines of text visible inside its box, top to bottom, each
+        stripped (read from the laid-out page: a character clipped by the box is not shown)."""
+        return {
+            str(eid): tuple(str(line) for line in lines)
+            for eid, lines in self._run_on(screen, self._evaluate, JS_SHOWN_TEXT)
+        }
+
     def viewport(self, screen: Screen) -> tuple[int, int, int, int]:
         """``(clientWidth, clientHeight, scrollWidth, scrollHeight)`` of the shown page: all
         four equal the screen's size when nothing scrolls or overflows."""
@@ -408,6 +484,11 @@ class BrowserRenderer:
             self._page.set_viewport_size({"width": width, "height": height})
             self._size = (width, height)
         self._page.goto(self._server.publish(page), wait_until="load")
+        if not self._page.evaluate(JS_FONT_READY):
+            raise RuntimeError(
+                f"Chromium did not load the embedded font {FONT_FAMILY!r}: the page would fall "
+                "back to a system font and lay its text out unlike the Pillow renderer"
+            )
         self._shown = page
 
     def _screenshot(self) -> bytes:
@@ -435,8 +516,9 @@ def _pixel(point: tuple[float, float]) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Mismatch:
-    """One disagreement: ``kind`` is ``viewport``, ``box``, ``missing`` (in the tree, not on
-    the page), ``extra`` (on the page, not in the tree) or ``click`` (at ``point``)."""
+    """One disagreement: ``kind`` is ``viewport``, ``box``, ``text`` (the lines shown differ
+    from the Pillow renderer's), ``missing`` (in the tree, not on the page), ``extra`` (on the
+    page, not in the tree) or ``click`` (at ``point``)."""
 
     screen: str
     kind: str
@@ -501,11 +583,16 @@ def check_parity(
     browser: BrowserRenderer,
     points_per_element: int = 2,
     seed: int = 0,
+    fast: FastRenderer | None = None,
+    clicks: bool = True,
 ) -> ParityReport:
     """Compare each screen's tree with the browser's page: the viewport is exactly the screen
-    (no scrollbars), every element's measured box equals its tree box, and at every
-    :func:`parity_points` point the id a real click reaches equals ``screen.hit(point)``."""
+    (no scrollbars), every element's measured box equals its tree box, every element shows the
+    lines of text ``fast`` (default :class:`FastRenderer`) draws for it, and, with ``clicks``,
+    at every :func:`parity_points` point the id a real click reaches equals
+    ``screen.hit(point)``."""
     rng = random.Random(seed)
+    fast = fast or FastRenderer()
     report = ParityReport()
     for screen in screens:
         report.screens += 1
@@ -524,6 +611,16 @@ def check_parity(
         tree_ids = {e.id for e in screen.elements}
         for eid in sorted(set(measured) - tree_ids):
             report.mismatches.append(Mismatch(screen.name, "extra", eid, None, measured[eid]))
+        shown = browser.shown_text(screen)
+        for eid, drawn in fast.shown_text(screen).items():
+            # runs of spaces read as one: what is compared is the words and their lines
+            want_text = tuple(" ".join(line.split()) for line in drawn if line.strip())
+            got_text = shown.get(eid)
+            got_text = None if got_text is None else tuple(" ".join(t.split()) for t in got_text)
+            if got_text is not None and got_text != want_text:
+                report.mismatches.append(Mismatch(screen.name, "text", eid, want_text, got_text))
+        if not clicks:
+            continue
         points = parity_points(screen, points_per_element, rng)
         report.points += len(points)
         for point, got in zip(points, browser.clicks(screen, points), strict=True):

@@ -7,6 +7,12 @@ back, so nothing an element draws leaves its box; elements are painted in list o
 over earlier. Styles go by role: a selected element (a chosen chip or day, the focused field)
 is drawn filled; a field shows its value, or its label greyed when empty. The same screen
 gives byte-identical pixels.
+
+Where an element's text goes is :func:`layout_text`: the font size, the lines (a paragraph or
+a result row word-wrapped to the box, every other role on one line; lines that do not fit
+dropped, a line too wide cut with "..."), and their places. It is data, so the browser
+renderer draws the same lines and the parity check compares what both show
+(:meth:`FastRenderer.shown_text`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,18 @@ from PIL import Image, ImageDraw
 from odyssey_core.common.images import Font, load_font
 from odyssey_core.envs.persona.screen import Element, Screen
 
-__all__ = ["BACKGROUND", "ROLE_STYLES", "FastRenderer", "Renderer", "RoleStyle"]
+__all__ = [
+    "BACKGROUND",
+    "ROLE_STYLES",
+    "WRAPPED_ROLES",
+    "FastRenderer",
+    "Renderer",
+    "RoleStyle",
+    "TextLayout",
+    "bundled_font_bytes",
+    "layout_text",
+    "shown_source",
+]
 
 RGB = tuple[int, int, int]
 BACKGROUND: RGB = (243, 244, 246)
@@ -62,6 +79,8 @@ ROLE_STYLES: dict[str, RoleStyle] = {
 }
 PLACEHOLDER: RGB = (156, 163, 175)
 SECONDARY: RGB = (75, 85, 99)
+#: roles whose text is word-wrapped over several lines; every other role shows one line
+WRAPPED_ROLES: frozenset[str] = frozenset({"text", "list_item"})
 
 
 def _fit(text: str, font: Font, width: float) -> str:
@@ -95,6 +114,71 @@ def _image_fill(element: Element) -> RGB:
     return (150 + h % 80, 160 + (h >> 8) % 70, 170 + (h >> 16) % 60)
 
 
+@dataclass(frozen=True)
+class TextLayout:
+    """Where one element's text goes, in pixels relative to its box's top-left corner: line
+    ``k`` fills the band ``[top + k * line_height, top + (k + 1) * line_height)``, starts
+    ``pad`` pixels in (or is centred on the box when ``centered``) and is drawn at ``size``
+    pixels in the bundled font. ``placeholder``: the lines are an empty field's label."""
+
+    lines: tuple[str, ...]
+    size: int
+    line_height: int
+    pad: int
+    top: int
+    centered: bool
+    placeholder: bool
+
+
+def shown_source(element: Element) -> str:
+    """The text an element shows before layout: a field's or day's value, else its label;
+    a picture shows none."""
+    return "" if element.role == "image" else element.value or element.text
+
+
+def layout_text(element: Element, screen_width: int, font_scale: float = 1.0) -> TextLayout:
+    """How ``element``'s text is laid out on a ``screen_width``-wide screen (fonts scale with
+    the width; ``font_scale`` on top). The lines are exactly what gets drawn."""
+    if font_scale <= 0:
+        raise ValueError("font_scale must be positive")
+    style = ROLE_STYLES[element.role]
+    x0, y0, x1, y1 = element.box
+    w, h = x1 - x0 + 1, y1 - y0 + 1
+    scale = font_scale * screen_width / 448
+    pad = max(2, round(8 * scale)) if element.role != "close" else 0
+    size = max(MIN_FONT, min(round(style.font * scale), int(h * 0.7)))
+    line_height = round(size * 1.3)
+    text = shown_source(element)
+    lines: list[str] = []
+    if text:
+        font = load_font(size)  # the bundled font: the same pixels everywhere
+        lines = _wrap(text, font, w - 2 * pad) if element.role in WRAPPED_ROLES else [text]
+        lines = lines[: max(1, h // line_height)]
+        lines = [_fit(line, font, w - 2 * pad) for line in lines]
+    return TextLayout(
+        lines=tuple(lines),
+        size=size,
+        line_height=line_height,
+        pad=pad,
+        top=(h - line_height * len(lines)) // 2,
+        centered=style.centered,
+        placeholder=element.role in ("field", "date") and not element.value,
+    )
+
+
+def bundled_font_bytes() -> bytes:
+    """The TrueType bytes of the font the Pillow renderer draws with (Pillow's bundled
+    Aileron), so another renderer can draw the same glyphs."""
+    font = load_font(MIN_FONT)
+    data = getattr(font, "font_bytes", None)
+    if not isinstance(data, bytes) or not data:
+        raise RuntimeError(
+            f"Pillow's bundled font ({type(font).__name__}) carries no TrueType bytes: "
+            "install Pillow >= 10.1 with FreeType support"
+        )
+    return data
+
+
 class FastRenderer:
     """The Pillow renderer; ``font_scale`` enlarges or shrinks every font."""
 
@@ -105,15 +189,19 @@ class FastRenderer:
 
     def render(self, screen: Screen) -> np.ndarray:
         image = Image.new("RGB", (screen.width, screen.height), BACKGROUND)
-        scale = self.font_scale * screen.width / 448
         for element in screen:
             x0, y0, x1, y1 = element.box
             tile = image.crop((x0, y0, x1 + 1, y1 + 1))
-            self._paint(tile, element, scale)
+            self._paint(tile, element, layout_text(element, screen.width, self.font_scale))
             image.paste(tile, (x0, y0))
         return np.asarray(image, dtype=np.uint8).copy()
 
-    def _paint(self, tile: Image.Image, element: Element, scale: float) -> None:
+    def shown_text(self, screen: Screen) -> dict[str, tuple[str, ...]]:
+        """Per element id, the lines of text :meth:`render` draws in its box, top to bottom
+        (empty for an element that shows none)."""
+        return {e.id: layout_text(e, screen.width, self.font_scale).lines for e in screen}
+
+    def _paint(self, tile: Image.Image, element: Element, layout: TextLayout) -> None:
         style = ROLE_STYLES[element.role]
         draw = ImageDraw.Draw(tile)
         w, h = tile.size
@@ -136,33 +224,11 @@ class FastRenderer:
             draw.polygon([(0, h - 1), (w // 3, h // 2), (2 * w // 3, h - 1)], fill=(120, 160, 120))
             r = max(1, min(w, h) // 8)
             draw.ellipse((w - 3 * r, r, w - r, 3 * r), fill=(250, 204, 21))
-        text = element.value or element.text
-        if element.role in ("field", "date") and not element.value:
+        if layout.placeholder:
             color = PLACEHOLDER  # the label stands in for the empty value
-        if text and element.role != "image":
-            self._text(draw, text, style, color, w, h, scale, element.role)
-
-    def _text(
-        self,
-        draw: ImageDraw.ImageDraw,
-        text: str,
-        style: RoleStyle,
-        color: RGB,
-        w: int,
-        h: int,
-        scale: float,
-        role: str,
-    ) -> None:
-        pad = max(2, round(8 * scale)) if role != "close" else 0
-        size = max(MIN_FONT, min(round(style.font * scale), int(h * 0.7)))
-        font = load_font(size)  # the bundled font: the same pixels everywhere
-        line_height = round(size * 1.3)
-        lines = _wrap(text, font, w - 2 * pad) if role in ("text", "list_item") else [text]
-        lines = lines[: max(1, h // line_height)]
-        top = (h - line_height * len(lines)) // 2
-        for k, line in enumerate(lines):
-            line = _fit(line, font, w - 2 * pad)
-            y = top + k * line_height + line_height // 2
-            x, anchor = (w // 2, "mm") if style.centered else (pad, "lm")
-            shade = SECONDARY if role == "list_item" and k > 0 else color
+        font = load_font(layout.size)
+        for k, line in enumerate(layout.lines):
+            y = layout.top + k * layout.line_height + layout.line_height // 2
+            x, anchor = (w // 2, "mm") if layout.centered else (layout.pad, "lm")
+            shade = SECONDARY if element.role == "list_item" and k > 0 else color
             draw.text((x, y), line, font=font, fill=shade, anchor=anchor)
