@@ -58,6 +58,7 @@ __all__ = [
     "format_script",
     "make_scenario_state",
     "parse_script",
+    "read_screen",
     "read_view",
     "sml_enemies_ahead",
     "sml_pipe_ahead",
@@ -409,11 +410,10 @@ def format_script(turns: Sequence[Sequence[str]]) -> str:
 # -- reading a state ---------------------------------------------------------------------------
 
 
-def read_view(env: Any, info: dict[str, Any]) -> ScenarioView:
-    """The view the facts read, from an env that has just restored a state."""
-    if getattr(getattr(env, "game", None), "name", None) != "mario":
-        return ScenarioView(info=dict(info))
-    pyboy = env.pyboy
+def read_screen(pyboy: Any) -> tuple[np.ndarray, int, tuple[ScreenSprite, ...]]:
+    """The background tile identifiers of the 16 x 20 tiles below a two-row HUD, each row at
+    the scroll the LCD latched for it (PyBoy's game-area layout); SCX mod 8 of the first of
+    them; the sprites on screen."""
     lines = pyboy.screen.tilemap_position_list
     tiles = np.zeros((len(SML_PLAYFIELD_ROWS), SML_PLAYFIELD_COLUMNS), dtype=np.int64)
     for row, y in enumerate(SML_PLAYFIELD_ROWS):
@@ -428,7 +428,16 @@ def read_view(env: Any, info: dict[str, Any]) -> ScenarioView:
         if sprite.on_screen:
             sprites.append(ScreenSprite(sprite.x, sprite.y, sprite.tile_identifier))
     fine = lines[SML_PLAYFIELD_ROWS[0] * TILE][0] % TILE
-    return ScenarioView(dict(info), tiles, fine, tuple(sprites))
+    return tiles, fine, tuple(sprites)
+
+
+def read_view(env: Any, info: dict[str, Any]) -> ScenarioView:
+    """The view the facts read, from an env that has just restored a state (the screen only
+    for Super Mario Land, whose facts read it)."""
+    if getattr(getattr(env, "game", None), "name", None) != "mario":
+        return ScenarioView(info=dict(info))
+    tiles, fine, sprites = read_screen(env.pyboy)
+    return ScenarioView(dict(info), tiles, fine, sprites)
 
 
 def _failures(scenario: Scenario, view: ScenarioView) -> list[tuple[Fact, str]]:

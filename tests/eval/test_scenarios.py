@@ -28,6 +28,7 @@ from odyssey_core.eval.scenarios import (
     format_script,
     make_scenario_state,
     parse_script,
+    read_screen,
     sml_enemies_ahead,
     sml_pipe_ahead,
     write_scenario_state,
@@ -202,6 +203,26 @@ def test_sml_pipe_and_enemy_facts_read_the_screen() -> None:
     assert SmlPipeAhead("pipe", min_tiles=3).failure(view) is None
     assert SmlEnemiesAhead("two", count=2).failure(view) == "1 enemies ahead on screen"
     assert "not a Super Mario Land state" in SmlPipeAhead("pipe").failure(ScenarioView({}))
+
+
+def test_the_screen_reader_runs_on_a_real_emulator(odland_rom) -> None:
+    from odyssey_core.envs import make_env
+
+    env = make_env(SCENARIO.env_id)
+    try:
+        _, info = env.reset(seed=0, options={"state": SCENARIO.path.read_bytes()})
+        tiles, fine, sprites = read_screen(env.pyboy)
+    finally:
+        env.close()
+    assert tiles.shape == (16, 20) and 0 <= fine < 8 and len(np.unique(tiles)) > 1
+    player_x = info["progress"] - info["camera_x"]  # the player's sprite is where RAM says
+    assert any(abs(s.x - player_x) <= 16 for s in sprites), (player_x, sprites)
+    # the four-tile pipe RAM places at x 1168 is in the tile column the scroll puts it in
+    block = next(o for o in info["objects"] if o["kind"] == "block")
+    column = (block["x"] - info["camera_x"] + fine) // 8
+    ground_row = 112 // 8 - 2  # the ground's top, in rows below the HUD
+    assert np.count_nonzero(tiles[:ground_row, column]) == 4
+    assert np.count_nonzero(tiles[:ground_row, column - 1]) == 0
 
 
 def test_the_sml_scenario_without_a_rom_says_how_to_give_one(monkeypatch, tmp_path) -> None:
