@@ -9,6 +9,7 @@ import pytest
 import torch
 from helpers_persona import tiny_dataset
 
+from odyssey_core.config import deep_merge
 from odyssey_core.envs.persona.dataset import read_dataset
 from odyssey_core.recipes.espo.pipeline import (
     espo_sft_settings,
@@ -16,8 +17,10 @@ from odyssey_core.recipes.espo.pipeline import (
     sft_epochs,
 )
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
-from odyssey_core.recipes.espo.train import EpisodeSchedule, trainer_config
+from odyssey_core.recipes.espo.train import EpisodeSchedule, build_trainer, trainer_config
 from odyssey_core.rl.samplers import SAMPLERS
+
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +122,31 @@ def test_no_all_turns_off_both_framework_components_and_keeps_espos_training() -
     no_sft = load_espo_pipeline_config("travel", variant="no_sft")
     no_cout = load_espo_pipeline_config("travel", variant="no_cout")
     assert cfg.train == no_cout.train and cfg.sft == no_sft.sft
+
+
+@pytest.mark.slow
+def test_one_real_training_step_of_each_takes_the_same_updates_over_the_same_turns(
+    dataset: Path, tmp_path: Path
+) -> None:
+    """The trainer's own counts (``actor/updates``, ``actor/turns``) for one step of ESPO and
+    of vanilla GRPO from the same tiny start: equal, with two demonstrations in the batch."""
+    counts = {}
+    for variant in ("espo", "vanilla_grpo"):
+        cfg = load_espo_pipeline_config("tiny", variant=variant)
+        small = {
+            "data": {"dataset": str(dataset)},
+            "rollout": {
+                "samples_per_step": 2,
+                "generation": {"max_new_tokens": 6},
+                "history_window": 1,
+            },
+        }
+        settings = load_espo_settings(cfg.train.preset, deep_merge(cfg.train.overrides, small))
+        trainer = build_trainer(settings, tmp_path / variant)
+        try:
+            metrics = trainer.train_step()
+        finally:
+            trainer.close()
+        counts[variant] = (metrics["actor/updates"], metrics["actor/turns"])
+    assert counts["espo"] == counts["vanilla_grpo"]
+    assert counts["espo"][0] == 2.0  # one update per demonstration of the batch
