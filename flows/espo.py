@@ -3,8 +3,8 @@ registration with the promotion gate (:mod:`odyssey_core.recipes.espo.pipeline`)
 
 Finished stages are skipped (Prefect's input cache, then the stage's done marker), so a rerun of
 a failed flow run resumes where it stopped; training itself resumes from its last checkpoint.
-A paper variant (``sft_only``, ``all_sft``, ``vanilla_grpo``, ``no_cout``, ``no_sft``, ``no_phi``,
-``no_psi``) is the ``variant`` parameter.
+A paper variant (``sft_only``, ``all_sft``, ``vanilla_grpo``, ``no_cout``, ``no_sft``, ``no_all``,
+``no_phi``, ``no_psi``) is the ``variant`` parameter.
 """
 
 from __future__ import annotations
