@@ -35,6 +35,9 @@ DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
 # 2-core machine threads waiting on each other make them many times slower.
 demo: export OMP_NUM_THREADS = 1
 demo: setup
+	@# Prefect answers finished tasks from its result cache in out/prefect-home; once the run
+	@# folder is removed those answers name outputs that are gone, so the cache goes with it.
+	@[ -d $(DEMO_RUN) ] || rm -rf $(CURDIR)/out/prefect-home
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
 	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
 	  $(PY) -m flows.odysseus --preset $(DEMO_PRESET)
@@ -42,7 +45,7 @@ demo: setup
 	@echo "Where to look:"
 	@echo "  expert video:    $(DEMO_OUT)/demo-odland-1-1.mp4"
 	@echo "  pipeline run:    $(DEMO_RUN)/ (stage folders, artifacts/, evaluate/ report)"
-	@echo "  report:          $(DEMO_RUN)/evaluate/candidate/report/report.md (base, sft, candidate)"
+	@echo "  report (base, sft, candidate):" $(DEMO_RUN)/evaluate/*/report/report.md
 	@echo "  MLflow UI:       $(VENV)/bin/mlflow ui --backend-store-uri sqlite:///$(DEMO_RUN)/mlflow.db"
 	@echo "  model registry:  $(VENV)/bin/odyssey registry --tracking-uri sqlite:///$(DEMO_RUN)/mlflow.db list"
 
