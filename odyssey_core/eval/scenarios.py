@@ -100,14 +100,10 @@ class ScenarioError(ValueError):
     what does not hold and how to make the state again."""
 
 
-class Sprite(Protocol):
-    x: int
-    y: int
-    tile: int
-
-
 @dataclass(frozen=True)
 class ScreenSprite:
+    """A sprite on screen: its top-left corner in screen pixels and its tile identifier."""
+
     x: int
     y: int
     tile: int
@@ -137,6 +133,8 @@ class Fact(Protocol):
 
 @dataclass(frozen=True)
 class InfoEquals:
+    """A value the env decodes from RAM (an ``info`` key) equals ``value``."""
+
     name: str
     key: str
     value: Any
@@ -153,6 +151,8 @@ class InfoEquals:
 
 @dataclass(frozen=True)
 class InfoBetween:
+    """A value the env decodes from RAM lies in ``[low, high]`` (e.g. the x-position window)."""
+
     name: str
     key: str
     low: float
@@ -226,13 +226,13 @@ def _objects_ahead(info: dict[str, Any]) -> list[dict[str, Any]]:
     return [o for o in info.get("objects") or [] if o["x"] > x]
 
 
-def _mario_right_edge(sprites: Sequence[Sprite]) -> int | None:
+def _mario_right_edge(sprites: Sequence[ScreenSprite]) -> int | None:
     xs = [s.x for s in sprites if s.tile in SML_MARIO_TILES]
     return max(xs) + TILE if xs else None
 
 
 def sml_pipe_ahead(
-    tiles: np.ndarray, fine_scroll_x: int, sprites: Sequence[Sprite], within_px: int
+    tiles: np.ndarray, fine_scroll_x: int, sprites: Sequence[ScreenSprite], within_px: int
 ) -> int:
     """Super Mario Land: the height in tiles of the tallest pipe column (tiles 368-380, PyBoy's
     pipe table) whose left edge is within ``within_px`` pixels ahead of Mario's right edge;
@@ -249,7 +249,7 @@ def sml_pipe_ahead(
     return tallest
 
 
-def sml_enemies_ahead(sprites: Sequence[Sprite]) -> int:
+def sml_enemies_ahead(sprites: Sequence[ScreenSprite]) -> int:
     """Super Mario Land: enemies on screen ahead of Mario, counted as groups of enemy sprites
     (PyBoy's enemy tables) no more than one tile apart, since one enemy is up to 2 x 2 sprites."""
     right = _mario_right_edge(sprites)
@@ -267,6 +267,9 @@ def sml_enemies_ahead(sprites: Sequence[Sprite]) -> int:
 
 @dataclass(frozen=True)
 class SmlPipeAhead:
+    """Super Mario Land: a pipe at least ``min_tiles`` high within ``within_px`` ahead of Mario
+    (:func:`sml_pipe_ahead`)."""
+
     name: str
     min_tiles: int = 3
     within_px: int = 48
@@ -287,6 +290,9 @@ class SmlPipeAhead:
 
 @dataclass(frozen=True)
 class SmlEnemiesAhead:
+    """Super Mario Land: at least ``count`` enemies on screen ahead of Mario
+    (:func:`sml_enemies_ahead`)."""
+
     name: str
     count: int = 2
 
