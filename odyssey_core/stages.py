@@ -986,16 +986,16 @@ def evaluate_stage(
     parent_run_id: str | None = None,
 ) -> dict[str, Any]:
     """The evaluate stage of any recipe: play the ``rows`` (label -> model ref; ``candidate``
-    is required, a row whose ref is None is left out) with ``evaluate_rows`` (default: each
-    alone with ``recipe.evaluate_model``), then record and publish what the gate and the flow
-    read. The stage run gets the candidate's summary (``eval.<key>``), each other row's mean
-    gate score (``<row>_mean``), ``extra(evaluations)``'s numbers and the report folder (the
-    candidate's report's folder, ``report``); the store gets the report folder and
-    :data:`SCORES_FILE`. Returns ``report_uri``, ``scores_uri``, ``scores_path``,
-    ``report_markdown``, ``episodes``, the candidate's ``summary_keys`` (default: all; NaN as
-    None), ``<row>_mean`` and ``extra``'s outputs. A row's model in this run's store is
-    fingerprinted by its publication (a model republished under the same URI is evaluated
-    again), any other by its ref."""
+    is required, a row whose ref is None is left out) with ``evaluate_rows`` in the stage
+    folder (default: each alone with ``recipe.evaluate_model`` in ``<stage dir>/<label>``),
+    then record and publish what the gate and the flow read. The stage run gets the
+    candidate's summary (``eval.<key>``), each other row's mean gate score (``<row>_mean``),
+    ``extra(evaluations)``'s numbers and the report folder (the candidate's report's folder,
+    ``report``); the store gets the report folder and :data:`SCORES_FILE`. Returns
+    ``report_uri``, ``scores_uri``, ``scores_path``, ``report_markdown``, ``episodes``, the
+    candidate's ``summary_keys`` (default: all; NaN as None), ``<row>_mean`` and ``extra``'s
+    outputs. A row's model in this run's store is fingerprinted by its publication (a model
+    republished under the same URI is evaluated again), any other by its ref."""
     models = {label: ref for label, ref in rows.items() if ref is not None}
     if "candidate" not in models:
         raise ValueError(f"the evaluate stage needs a candidate row; got {sorted(models)}")
@@ -1005,8 +1005,7 @@ def evaluate_stage(
     play = evaluate_rows or evaluate_rows_one_by_one(cfg, recipe)
 
     def body(ctx: StageContext) -> dict[str, Any]:
-        out = ctx.work / f"rows-{ctx.tag}"
-        evaluated = dict(play(models, out))
+        evaluated = dict(play(models, ctx.work))
         missing = set(models) - set(evaluated)
         if missing:
             raise RuntimeError(f"{recipe.name}'s evaluation returned no row for {sorted(missing)}")
@@ -1027,7 +1026,7 @@ def evaluate_stage(
                 for label, ref in models.items()
             },
         }
-        scores_path = out / SCORES_FILE
+        scores_path = ctx.work / SCORES_FILE
         scores_path.write_text(json.dumps(recorded))
         scores_uri = ctx.publish_file(scores_path, SCORES_FILE)
         ctx.keep(scores_path, candidate.report)

@@ -813,11 +813,16 @@ def evaluate_model(cfg: PipelineConfig, model_ref: str, label: str, out_dir: Pat
 
 def _rows_together(cfg: PipelineConfig, training_run_id: str | None) -> RowsEvaluator:
     """The rows in one suite run (:func:`evaluate_models`): every model plays the same
-    episodes, and one report has a row per label and RL's effect."""
+    episodes, and one report, in the candidate's folder, has a row per label and RL's
+    effect."""
 
     def evaluate(models: Mapping[str, str], out_dir: Path) -> dict[str, Evaluation]:
         evaluated = evaluate_models(
-            cfg, models, out_dir, training_run_id=training_run_id, summary=_rl_effect_lines
+            cfg,
+            models,
+            out_dir / "candidate",
+            training_run_id=training_run_id,
+            summary=_rl_effect_lines,
         )
         return {
             label: Evaluation(

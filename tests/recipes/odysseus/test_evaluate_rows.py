@@ -51,6 +51,8 @@ def test_evaluate_stage_rows_base_sft_candidate_on_the_same_episodes(
 
     out = stage_evaluate(cfg, candidate_uri, sft_model_uri=sft_uri, base_model_uri=base_uri)
 
+    # where README and `make demo` point: <run>/evaluate/candidate/report/report.md
+    assert Path(out["report_markdown"]) == cfg.run_dir / "evaluate/candidate/report/report.md"
     report = Path(out["report_markdown"]).read_text()
     assert _table_rows(report, "from_start") == ["base", "sft", "candidate", "Maximum"]
     assert "RL's effect (candidate - sft)" in report
