@@ -41,7 +41,6 @@ from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics
-from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.protocol.gui import parse_gui_answer
 from odyssey_core.protocol.parsing import ParsedResponse
 from odyssey_core.recipes.espo.data import resolve_dataset
@@ -49,15 +48,13 @@ from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
 from odyssey_core.recipes.espo.settings import EspoSettings
 from odyssey_core.recipes.espo.wrapper import StageRewardWrapper
+from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
-from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
-from odyssey_core.rl.objectives import ObjectiveSettings
+from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy, build_reference, resolve_base_model
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig, TrainerHook
-from odyssey_core.rl.updater import UpdaterSettings, build_updater
 from odyssey_core.rollout.batch import TurnBatch
 from odyssey_core.rollout.collector import (
-    Collector,
     EpisodeBudget,
     EpisodeStart,
     default_info_extras,
@@ -210,13 +207,7 @@ def trainer_config(s: EspoSettings, steps: int) -> TrainerConfig:
         estimator=s.advantage.estimator,
         advantage=s.advantage,
         objective="token_ppo",
-        objective_settings=ObjectiveSettings(
-            eps_low=g.clip_low,
-            eps_high=g.clip_high,
-            kl_coef=g.kl_coef,
-            entropy_coef=g.entropy_coef,
-            dual_clip=g.dual_clip,
-        ),
+        objective_settings=ppo_objective(g, kl_coef=g.kl_coef, dual_clip=g.dual_clip),
         seed=s.seed,
         steps=steps,
         checkpoint_every=s.checkpoint_every,
@@ -260,27 +251,17 @@ def build_trainer(
     factory = functools.partial(
         make_espo_env, dataset, "train", s.data.channel, r.rewards, r.history_window
     )
-    rollout_policy, sync_hooks = rollout_backend(r.backend, policy, out)
-    collector = Collector(
+    collector, sync_hooks = rollout_collector(
+        r.backend,
+        policy,
+        out,
         SyncVectorEnv([factory] * n_envs),
-        rollout_policy,
         r.generation,
         max_turns=max(len(e.steps) for e in episodes),
-        response_format=RESPONSE_FORMATS.get("espo"),
+        response_format="espo",
         info_extras=espo_info_extras,
-        tokenizer=policy.tokenizer,
     )
-    updater = build_updater(
-        policy.model,
-        UpdaterSettings(
-            lr=s.ppo.lr,
-            weight_decay=s.ppo.weight_decay,
-            grad_clip=s.ppo.grad_clip,
-            deepspeed=s.deepspeed,
-            dtype=s.model.dtype,
-            device=s.model.device,
-        ),
-    )
+    updater = ppo_updater(s, policy)
     schedule = EpisodeSchedule(
         [e.episode_id for e in episodes], r.episodes_per_step, r.samples_per_step, s.seed
     )

@@ -35,7 +35,6 @@ import torch
 
 from odyssey_core.envs.registry import make_env
 from odyssey_core.envs.vector import SyncVectorEnv
-from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.protocol.gtr_format import format_gtr_response
 from odyssey_core.recipes.gtr.corrector import Correction, Corrector, build_corrector
 from odyssey_core.recipes.gtr.dagger import DaggerBuffer, DaggerExample
@@ -43,15 +42,14 @@ from odyssey_core.recipes.gtr.evaluation import gtr_collapse_metrics
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.recipes.gtr.rewards import GTRRewardConfig, GTRWrapper
 from odyssey_core.recipes.gtr.settings import GTRSettings
+from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
-from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
-from odyssey_core.rl.objectives import ObjectiveSettings
+from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy
 from odyssey_core.rl.trainer import ExtraLoss, MetricsCallback, Trainer, TrainerConfig, TrainerHook
-from odyssey_core.rl.updater import UpdaterSettings, build_updater
 from odyssey_core.rl.value_functions import ValueFunctionInputs, make_value_function
 from odyssey_core.rollout.batch import TurnBatch
-from odyssey_core.rollout.collector import Collector, TurnBudget, default_info_extras
+from odyssey_core.rollout.collector import TurnBudget, default_info_extras
 
 __all__ = [
     "END_OF_TURN",
@@ -269,12 +267,7 @@ def trainer_config(settings: GTRSettings) -> TrainerConfig:
         estimator=s.advantage.estimator,
         advantage=s.advantage,
         objective="turn_ppo",
-        objective_settings=ObjectiveSettings(
-            eps_low=s.ppo.clip_low,
-            eps_high=s.ppo.clip_high,
-            thought_weight=s.ppo.thought_weight,
-            entropy_coef=s.ppo.entropy_coef,
-        ),
+        objective_settings=ppo_objective(s.ppo, thought_weight=s.ppo.thought_weight),
         epochs=s.ppo.epochs,
         minibatch_size=s.ppo.minibatch_size,
         score_micro_batch=s.rollout.score_micro_batch,
@@ -310,15 +303,15 @@ def build_trainer(
         prompt = gtr_system_prompt(r.env, r.env_kwargs)
         policy = build_policy(s.model, s.lora, out, checkpoint, system_prompt=prompt)
     factory = functools.partial(make_gtr_env, r.env, r.env_kwargs, corrector, r.rewards)
-    rollout_policy, sync_hooks = rollout_backend(r.backend, policy, out)
-    collector = Collector(
+    collector, sync_hooks = rollout_collector(
+        r.backend,
+        policy,
+        out,
         SyncVectorEnv([factory] * r.n_envs),
-        rollout_policy,
         r.generation,
         max_turns=r.turns_per_step,  # an episode never outlasts the step's budget
-        response_format=RESPONSE_FORMATS.get("gtr"),
+        response_format="gtr",
         info_extras=gtr_info_extras,
-        tokenizer=policy.tokenizer,
     )
     value = make_value_function(
         s.value.source,
@@ -334,20 +327,13 @@ def build_trainer(
             micro_batch=r.score_micro_batch,
         ),
     )
-    updater = build_updater(
-        policy.model,
-        UpdaterSettings(
-            lr=s.ppo.lr,
-            weight_decay=s.ppo.weight_decay,
-            grad_clip=s.ppo.grad_clip,
-            schedule="cosine",
-            final_lr=s.ppo.final_lr,
-            lr_steps=s.ppo.lr_steps,
-            deepspeed=s.deepspeed,
-            dtype=s.model.dtype,
-            device=s.model.device,
-        ),
+    updater = ppo_updater(
+        s,
+        policy,
         value.param_groups(),
+        schedule="cosine",
+        final_lr=s.ppo.final_lr,
+        lr_steps=s.ppo.lr_steps,
     )
     hooks: list[TrainerHook] = [
         EpisodeStats(),

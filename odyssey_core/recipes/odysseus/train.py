@@ -23,18 +23,16 @@ from typing import Any
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.collapse import collapse_metrics
 from odyssey_core.eval.scenarios import check_start_states
-from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
+from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
-from odyssey_core.rl.hooks import CollapseMonitor, rollout_backend
-from odyssey_core.rl.objectives import ObjectiveSettings
+from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy, build_reference
 from odyssey_core.rl.trainer import MetricsCallback, Trainer, TrainerConfig
-from odyssey_core.rl.updater import UpdaterSettings, build_updater
 from odyssey_core.rl.value_functions import ValueFunctionInputs, make_value_function
 from odyssey_core.rollout.batch import TurnBatch
-from odyssey_core.rollout.collector import Collector, EpisodeBudget, default_info_extras
+from odyssey_core.rollout.collector import EpisodeBudget, default_info_extras
 
 __all__ = [
     "VALUE_FUNCTION",
@@ -75,12 +73,7 @@ def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
         estimator=s.advantage.estimator,
         advantage=s.advantage,
         objective="token_ppo",
-        objective_settings=ObjectiveSettings(
-            eps_low=s.ppo.clip_low,
-            eps_high=s.ppo.clip_high,
-            kl_coef=s.ppo.kl_coef,
-            entropy_coef=s.ppo.entropy_coef,
-        ),
+        objective_settings=ppo_objective(s.ppo, kl_coef=s.ppo.kl_coef),
         epochs=s.ppo.epochs,
         minibatch_size=s.ppo.minibatch_size,
         score_micro_batch=s.rollout.score_micro_batch,
@@ -112,27 +105,17 @@ def build_trainer(
     # a missing or wrong scenario state fails here, before the model loads
     check_start_states(s.rollout.start_scenarios, s.rollout.start_states, rom_path=s.env.rom_path)
     policy = build_policy(s.model, s.lora, out, checkpoint, game=s.model.game)
-    rollout_policy, sync_hooks = rollout_backend(s.rollout.backend, policy, out)
-    collector = Collector(
+    collector, sync_hooks = rollout_collector(
+        s.rollout.backend,
+        policy,
+        out,
         vector_env if vector_env is not None else build_vector_env(s),
-        rollout_policy,
         s.rollout.generation,
         max_turns=s.rollout.max_turns,
-        response_format=RESPONSE_FORMATS.get("odysseus"),
+        response_format="odysseus",
         info_extras=gameboy_info_extras,
-        tokenizer=policy.tokenizer,
     )
-    updater = build_updater(
-        policy.model,
-        UpdaterSettings(
-            lr=s.ppo.lr,
-            weight_decay=s.ppo.weight_decay,
-            grad_clip=s.ppo.grad_clip,
-            deepspeed=s.deepspeed,
-            dtype=s.model.dtype,
-            device=s.model.device,
-        ),
-    )
+    updater = ppo_updater(s, policy)
     curriculum = AutoCurriculum(s.levels, floor=s.curriculum.floor, seed=s.seed)
     trainer = Trainer(
         trainer_config(s),
