@@ -25,7 +25,6 @@ from odyssey_core.recipes.gtr.corrector.base import (
     EpisodeMemory,
     JudgingCorrector,
     StepToCorrect,
-    verdict_text,
 )
 
 __all__ = ["ALFWORLD_SYSTEM_PROMPT", "AlfWorldCorrector", "next_subgoal"]
@@ -131,12 +130,11 @@ class AlfWorldCorrector(JudgingCorrector):
             f'"location": "{where}", "holding": "{held}", "subgoal": "{subgoal}", '
             f'"thoughts": {json.dumps(why)}'
         )
-        return Correction(
-            evaluation=verdict_text(parts, agrees),
-            corrected_thought=corrected,
+        return self.checked(
+            parts,
+            agrees,
+            corrected,
             solvable=solvable,
-            agrees=agrees,
-            source=self.source,
             action=expected,
             details={
                 "location_ok": location_ok,

@@ -122,6 +122,31 @@ class Corrector(ABC):
     def metrics(self) -> dict[str, int]:
         return dict(self._counts)
 
+    def checked(
+        self,
+        parts: list[str],
+        agrees: bool,
+        corrected_thought: str,
+        *,
+        solvable: bool | None,
+        action: str | None,
+        details: dict[str, Any],
+        target_formula: str | None = None,
+    ) -> Correction:
+        """The correction of a programmatic check: ``parts`` (each question asked of the
+        thought, with its answer) and the verdict as its evaluation, this corrector its
+        source."""
+        return Correction(
+            evaluation=verdict_text(parts, agrees),
+            corrected_thought=corrected_thought,
+            solvable=solvable,
+            agrees=agrees,
+            source=self.source,
+            action=action,
+            target_formula=target_formula,
+            details=details,
+        )
+
     def keep_if_correct(
         self, correction: Correction, thought: str | None, action: str | None
     ) -> Correction:

@@ -25,7 +25,6 @@ from odyssey_core.recipes.gtr.corrector.base import (
     StepToCorrect,
     claimed_cards,
     claimed_formula,
-    verdict_text,
 )
 
 __all__ = ["ProgrammaticCorrector", "basic_strategy"]
@@ -174,12 +173,11 @@ class ProgrammaticCorrector(JudgingCorrector):
         corrected = (
             f'"cards": [{shown_cards}], "formula": "{target_formula or ""}", "thoughts": "{why}"'
         )
-        return Correction(
-            evaluation=verdict_text(parts, agrees),
-            corrected_thought=corrected,
+        return self.checked(
+            parts,
+            agrees,
+            corrected,
             solvable=solvable_now,
-            agrees=agrees,
-            source=self.source,
             action=expected if solvable_now else None,
             target_formula=target_formula,
             details={"cards_ok": cards_ok, "formula_ok": formula_ok, "action_ok": action_ok},
@@ -207,12 +205,11 @@ class ProgrammaticCorrector(JudgingCorrector):
             f"The current number {current} is {side} the target {target}, so I press '{expected}'."
         )
         corrected = f'"target": {target}, "current": {current}, "thoughts": "{why}"'
-        return Correction(
-            evaluation=verdict_text(parts, agrees),
-            corrected_thought=corrected,
+        return self.checked(
+            parts,
+            agrees,
+            corrected,
             solvable=True,
-            agrees=agrees,
-            source=self.source,
             action=expected,
             details={"cards_ok": read_ok, "action_ok": action_ok},
         )
@@ -241,12 +238,11 @@ class ProgrammaticCorrector(JudgingCorrector):
         corrected = (
             f'"dealer": "{dealer}", "player": [{shown}], "total": {total}, "thoughts": "{why}"'
         )
-        return Correction(
-            evaluation=verdict_text(parts, agrees),
-            corrected_thought=corrected,
+        return self.checked(
+            parts,
+            agrees,
+            corrected,
             solvable=None,
-            agrees=agrees,
-            source=self.source,
             action=expected,
             details={"cards_ok": read_ok, "action_ok": action_ok},
         )
