@@ -117,8 +117,8 @@ def cold_start(
     (``variant``'s overlay, e.g. ``all_sft``'s epochs; ``epochs`` / ``max_steps`` override);
     returns the final model folder under ``work/out_name``, reused when it is already there."""
     sft: dict[str, Any] = {"settings": {"seed": seed}}
-    if epochs is not None:
-        sft["epochs"] = epochs
+    if epochs is not None:  # the total: all SFT's added RL epochs do not come on top
+        sft.update(epochs=epochs, add_rl_epochs=False)
     if max_steps is not None:
         sft["settings"]["max_steps"] = max_steps
     cfg = load_espo_pipeline_config(PIPELINE_PRESET, {"sft": sft}, variant=variant)
