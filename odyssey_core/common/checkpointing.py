@@ -1,10 +1,6 @@
-"""What every trainer's checkpoints share: the folder layout, the ``latest`` pointer and the
-write errors (from :mod:`odyssey_core.common.run_folder`, which needs no torch), and RNG
-states stored so that ``torch.load(weights_only=True)`` can read them back.
-
-Layout: ``<out>/checkpoints/step-XXXXXXXXX/`` (each written under a temporary name, synced and
-renamed into place, so a step folder only ever appears complete) and
-``<out>/checkpoints/latest``, a one-line pointer replaced atomically last.
+"""What every trainer's checkpoints store beside the weights: RNG states, kept so that
+``torch.load(weights_only=True)`` can read them back. The folder layout, the ``latest``
+pointer and the write errors are :mod:`odyssey_core.common.run_folder`'s (it needs no torch).
 """
 
 from __future__ import annotations
@@ -15,39 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from odyssey_core.common.run_folder import (
-    CHECKPOINTS_DIR,
-    LATEST,
-    STATE_FILE,
-    CheckpointWriteError,
-    RunWriteError,
-    checkpoint_name,
-    checkpoint_step,
-    checkpoint_write_error,
-    latest_checkpoint,
-    point_latest,
-    publish_step_folder,
-    run_write_error,
-    step_folders,
-)
-
-__all__ = [
-    "CHECKPOINTS_DIR",
-    "LATEST",
-    "STATE_FILE",
-    "CheckpointWriteError",
-    "RunWriteError",
-    "capture_rng_state",
-    "checkpoint_name",
-    "checkpoint_step",
-    "checkpoint_write_error",
-    "latest_checkpoint",
-    "point_latest",
-    "publish_step_folder",
-    "restore_rng_state",
-    "run_write_error",
-    "step_folders",
-]
+__all__ = ["capture_rng_state", "restore_rng_state"]
 
 
 def capture_rng_state() -> dict[str, Any]:

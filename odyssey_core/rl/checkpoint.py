@@ -38,17 +38,16 @@ from typing import Any
 
 import torch
 
-from odyssey_core.common.checkpointing import (
+from odyssey_core.common.checkpointing import capture_rng_state, restore_rng_state
+from odyssey_core.common.run_folder import (
     CHECKPOINTS_DIR,
     STATE_FILE,
     CheckpointWriteError,
-    capture_rng_state,
     checkpoint_name,
     checkpoint_write_error,
     latest_checkpoint,
     point_latest,
     publish_step_folder,
-    restore_rng_state,
 )
 from odyssey_core.rl.distributed import World, barrier
 

@@ -45,19 +45,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from odyssey_core.common.checkpointing import (
+from odyssey_core.common.checkpointing import capture_rng_state, restore_rng_state
+from odyssey_core.common.files import replace_folder
+from odyssey_core.common.metrics_log import MetricsLog
+from odyssey_core.common.run_folder import (
     CHECKPOINTS_DIR,
     STATE_FILE,
-    capture_rng_state,
     checkpoint_name,
     latest_checkpoint,
     point_latest,
     publish_step_folder,
-    restore_rng_state,
     step_folders,
 )
-from odyssey_core.common.files import replace_folder
-from odyssey_core.common.metrics_log import MetricsLog
 from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.rl.checkpoint import WeightsOnlyCheckpointEngine, load_weights_only, shard_file
 from odyssey_core.rl.distributed import (
