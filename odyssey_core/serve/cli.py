@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 from click.core import ParameterSource
+from click.decorators import FC
 
 from odyssey_core.serve import InsecureBindError, check_bind_security, is_loopback
 from odyssey_core.serve.limits import ServeLimits
 
 DEFAULTS = ServeLimits()
+
+
+def limit_option(
+    flag: str, field: str, *, minimum: int = 1, help: str | None = None
+) -> Callable[[FC], FC]:
+    """A whole-number option whose default is the ``ServeLimits`` field it sets."""
+    return click.option(
+        flag,
+        type=click.IntRange(min=minimum),
+        default=getattr(DEFAULTS, field),
+        show_default=True,
+        help=help,
+    )
 
 
 @click.command("serve", context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,11 +74,9 @@ DEFAULTS = ServeLimits()
     show_default=True,
     help="how long the first request of a batch waits for company",
 )
-@click.option(
+@limit_option(
     "--max-queue",
-    type=click.IntRange(min=1),
-    default=DEFAULTS.max_queue,
-    show_default=True,
+    "max_queue",
     help="requests that may wait beyond a full batch; more are answered 503 with Retry-After",
 )
 @click.option(
@@ -80,21 +93,11 @@ DEFAULTS = ServeLimits()
     show_default=True,
     help="largest request body (MiB), images included; larger is a 413",
 )
-@click.option(
-    "--max-messages", type=click.IntRange(min=1), default=DEFAULTS.max_messages, show_default=True
-)
-@click.option(
-    "--max-images",
-    type=click.IntRange(min=0),
-    default=DEFAULTS.max_images,
-    show_default=True,
-    help="images per request",
-)
-@click.option(
+@limit_option("--max-messages", "max_messages")
+@limit_option("--max-images", "max_images", minimum=0, help="images per request")
+@limit_option(
     "--max-image-pixels",
-    type=click.IntRange(min=1),
-    default=DEFAULTS.max_image_pixels,
-    show_default=True,
+    "max_image_pixels",
     help="pixels per image, read from the image header before decoding",
 )
 @click.option(
@@ -103,11 +106,9 @@ DEFAULTS = ServeLimits()
     default=None,
     help="prompt tokens per request, image tokens included [default: the model's context]",
 )
-@click.option(
+@limit_option(
     "--max-completion-tokens",
-    type=click.IntRange(min=1),
-    default=DEFAULTS.max_tokens_limit,
-    show_default=True,
+    "max_tokens_limit",
     help="the largest max_tokens a request may ask for",
 )
 @click.option(
