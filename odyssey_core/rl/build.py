@@ -1,13 +1,15 @@
 """The trainer wiring every RL recipe shares: its collector on the rollout backend, its PPO
 objective and its optimiser, each read from the run's settings the same way.
 
-A recipe's settings have ``ppo`` (clip_low, clip_high, entropy_coef, lr, weight_decay,
-grad_clip), ``model`` (dtype, device) and ``deepspeed``; what differs per recipe (the env, the
+A recipe's settings have ``ppo`` (clip_low, clip_high, entropy_coef, epochs, minibatch_size, lr,
+weight_decay, grad_clip), ``advantage``, ``rollout`` (score_micro_batch, generation), ``model``
+(dtype, device) and ``deepspeed``; what differs per recipe (the env, the
 budget, extra objective or schedule knobs) is passed in.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +18,11 @@ from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.rl.hooks import rollout_backend
 from odyssey_core.rl.objectives import ObjectiveSettings
-from odyssey_core.rl.trainer import TrainerHook
+from odyssey_core.rl.trainer import TrainerConfig, TrainerHook
 from odyssey_core.rl.updater import PlainUpdater, UpdaterSettings, build_updater
-from odyssey_core.rollout.collector import Collector, InfoExtras, VectorEnvLike
+from odyssey_core.rollout.collector import Budget, Collector, InfoExtras, VectorEnvLike
 
-__all__ = ["ppo_objective", "ppo_updater", "rollout_collector"]
+__all__ = ["ppo_objective", "ppo_trainer_config", "ppo_updater", "rollout_collector"]
 
 
 def rollout_collector(
@@ -56,6 +58,35 @@ def ppo_objective(ppo: Any, **extra: Any) -> ObjectiveSettings:
     return ObjectiveSettings(
         eps_low=ppo.clip_low, eps_high=ppo.clip_high, entropy_coef=ppo.entropy_coef, **extra
     )
+
+
+def ppo_trainer_config(
+    settings: Any,
+    budget: Budget,
+    objective: str,
+    objective_settings: ObjectiveSettings,
+    *,
+    steps: int | None = None,
+    **fields: Any,
+) -> TrainerConfig:
+    """The loop's config of a PPO run: the run's seed, checkpointing and advantage section, its
+    ``ppo`` epochs and minibatch size, its rollout's scoring micro-batch and sampling
+    temperature, and the recipe's own ``fields``; ``steps`` replaces ``settings.steps``."""
+    s = settings
+    config = TrainerConfig.for_run(
+        s,
+        budget=budget,
+        estimator=s.advantage.estimator,
+        advantage=s.advantage,
+        objective=objective,
+        objective_settings=objective_settings,
+        epochs=s.ppo.epochs,
+        minibatch_size=s.ppo.minibatch_size,
+        score_micro_batch=s.rollout.score_micro_batch,
+        temperature=s.rollout.generation.temperature,
+        **fields,
+    )
+    return config if steps is None else dataclasses.replace(config, steps=steps)
 
 
 def ppo_updater(

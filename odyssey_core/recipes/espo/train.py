@@ -48,7 +48,7 @@ from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.recipes.espo.rewards import StageRewardSettings
 from odyssey_core.recipes.espo.settings import EspoSettings
 from odyssey_core.recipes.espo.wrapper import StageRewardWrapper
-from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
+from odyssey_core.rl.build import ppo_objective, ppo_trainer_config, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy, build_reference, resolve_base_model
@@ -202,21 +202,13 @@ class EpisodeSchedule(TrainerHook):
 
 def trainer_config(s: EspoSettings, steps: int) -> TrainerConfig:
     g, r = s.ppo, s.rollout
-    return TrainerConfig(
-        budget=EpisodeBudget(r.episodes_per_step * r.samples_per_step),
-        estimator=s.advantage.estimator,
-        advantage=s.advantage,
-        objective="token_ppo",
-        objective_settings=ppo_objective(g, kl_coef=g.kl_coef, dual_clip=g.dual_clip),
-        seed=s.seed,
+    return ppo_trainer_config(
+        s,
+        EpisodeBudget(r.episodes_per_step * r.samples_per_step),
+        "token_ppo",
+        ppo_objective(g, kl_coef=g.kl_coef, dual_clip=g.dual_clip),
         steps=steps,
-        checkpoint_every=s.checkpoint_every,
-        epochs=g.epochs,
-        minibatch_size=g.minibatch_size,
         sampler=g.sampler,
-        score_micro_batch=r.score_micro_batch,
-        temperature=r.generation.temperature,
-        config_dump=s.model_dump(mode="json"),
     )
 
 

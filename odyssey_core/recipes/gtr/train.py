@@ -42,7 +42,7 @@ from odyssey_core.recipes.gtr.evaluation import gtr_collapse_metrics
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.recipes.gtr.rewards import GTRRewardConfig, GTRWrapper
 from odyssey_core.recipes.gtr.settings import GTRSettings
-from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
+from odyssey_core.rl.build import ppo_objective, ppo_trainer_config, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy
@@ -261,17 +261,11 @@ def _gtr_collapse(batch: TurnBatch) -> Any:
 
 def trainer_config(settings: GTRSettings) -> TrainerConfig:
     s = settings
-    return TrainerConfig.for_run(
+    return ppo_trainer_config(
         s,
-        budget=TurnBudget(s.rollout.turns_per_step),
-        estimator=s.advantage.estimator,
-        advantage=s.advantage,
-        objective="turn_ppo",
-        objective_settings=ppo_objective(s.ppo, thought_weight=s.ppo.thought_weight),
-        epochs=s.ppo.epochs,
-        minibatch_size=s.ppo.minibatch_size,
-        score_micro_batch=s.rollout.score_micro_batch,
-        temperature=s.rollout.generation.temperature,
+        TurnBudget(s.rollout.turns_per_step),
+        "turn_ppo",
+        ppo_objective(s.ppo, thought_weight=s.ppo.thought_weight),
         policy_loss=s.ppo.enabled,
     )
 

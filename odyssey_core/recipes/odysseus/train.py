@@ -25,7 +25,7 @@ from odyssey_core.eval.collapse import collapse_metrics
 from odyssey_core.eval.scenarios import check_start_states
 from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
-from odyssey_core.rl.build import ppo_objective, ppo_updater, rollout_collector
+from odyssey_core.rl.build import ppo_objective, ppo_trainer_config, ppo_updater, rollout_collector
 from odyssey_core.rl.checkpoint import latest_checkpoint
 from odyssey_core.rl.hooks import CollapseMonitor
 from odyssey_core.rl.policy import build_policy, build_reference
@@ -67,17 +67,11 @@ def build_vector_env(settings: RLTrainSettings) -> Any:
 
 def trainer_config(settings: RLTrainSettings) -> TrainerConfig:
     s = settings
-    return TrainerConfig.for_run(
+    return ppo_trainer_config(
         s,
-        budget=EpisodeBudget(s.rollout.num_trajectories),
-        estimator=s.advantage.estimator,
-        advantage=s.advantage,
-        objective="token_ppo",
-        objective_settings=ppo_objective(s.ppo, kl_coef=s.ppo.kl_coef),
-        epochs=s.ppo.epochs,
-        minibatch_size=s.ppo.minibatch_size,
-        score_micro_batch=s.rollout.score_micro_batch,
-        temperature=s.rollout.generation.temperature,
+        EpisodeBudget(s.rollout.num_trajectories),
+        "token_ppo",
+        ppo_objective(s.ppo, kl_coef=s.ppo.kl_coef),
         skip_zero_advantage=s.ppo.skip_zero_advantage,
         drop_episode_tail=s.ppo.drop_episode_tail,
         max_turn_samples=s.max_turn_samples,
