@@ -35,9 +35,6 @@ DEMO_RUN := out/pipeline/odland-$(DEMO_PRESET)
 # 2-core machine threads waiting on each other make them many times slower.
 demo: export OMP_NUM_THREADS = 1
 demo: setup
-	@# Prefect answers finished tasks from its result cache in out/prefect-home; once the run
-	@# folder is removed those answers name outputs that are gone, so the cache goes with it.
-	@[ -d $(DEMO_RUN) ] || rm -rf $(CURDIR)/out/prefect-home
 	$(VENV)/bin/odyssey play odland-1-1 --agent expert --video $(DEMO_OUT)/demo-odland-1-1.mp4
 	PREFECT_HOME=$(CURDIR)/out/prefect-home PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=180 \
 	  $(PY) -m flows.odysseus --preset $(DEMO_PRESET)

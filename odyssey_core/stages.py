@@ -34,6 +34,7 @@ import math
 import os
 import shutil
 import statistics
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DONE_MARKER",
     "EVAL_ROWS",
+    "RUN_FOLDER_ID_FILE",
     "SCORES_FILE",
     "GateOutcome",
     "PipelineSection",
@@ -81,6 +83,7 @@ __all__ = [
     "register_and_gate",
     "register_stage",
     "results_table",
+    "run_folder_id",
     "run_stage",
     "run_store",
     "sft_here_or_launched",
@@ -248,6 +251,31 @@ def run_store(cfg: RunConfig, prefix: str | None = None) -> ArtifactStore:
 
     store = open_store(cfg.store_uri)
     return store if prefix is None else store.for_run(cfg.run_key, prefix)
+
+
+RUN_FOLDER_ID_FILE = ".odyssey-run-id"
+
+
+def run_folder_id(cfg: RunConfig) -> str:
+    """The identity of this run folder: made once, when the folder is first used, and gone with
+    it. Caches that live outside the folder (Prefect's results) key on it, so a removed and
+    recreated run folder is a new run, never answered with outputs that went with the old one.
+    Two processes that make it at once agree: the first link wins and the other reads it."""
+    path = cfg.run_dir / RUN_FOLDER_ID_FILE
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    cfg.run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
+    tmp.write_text(uuid.uuid4().hex)
+    try:
+        os.link(tmp, path)  # publishes the id only if no other process has
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_text().strip()
 
 
 def publication(cfg: RunConfig, uri: str) -> str:

@@ -26,7 +26,7 @@ from prefect.states import State
 from pydantic import BaseModel
 
 from odyssey_core.recipe import RECIPES
-from odyssey_core.stages import RunConfig, fingerprint, publication
+from odyssey_core.stages import RunConfig, fingerprint, publication, run_folder_id
 
 __all__ = [
     "CACHE_EXPIRATION",
@@ -59,12 +59,14 @@ def _published(cfg: RunConfig | None, value: Any) -> Any:
 
 
 def stage_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    """The task, its config and its inputs as published now; the MLflow parent run (new on
-    every flow run) is left out."""
+    """The task, its config, its inputs as published now and the run folder's identity (a
+    removed run folder takes its cached answers with it); the MLflow parent run (new on every
+    flow run) is left out."""
     cfg = parameters.get("cfg")
     cfg = cfg if isinstance(cfg, RunConfig) else None
     inputs = {k: _published(cfg, v) for k, v in parameters.items() if k != "parent_run_id"}
-    return f"{context.task.name}-{fingerprint(inputs)}"
+    folder = run_folder_id(cfg) if cfg is not None else None
+    return f"{context.task.name}-{fingerprint(inputs, folder)}"
 
 
 _TRANSIENT_CODES = {

@@ -71,3 +71,40 @@ def test_the_stage_cache_key_follows_publications_not_uris(tmp_path: Path) -> No
     assert store.put_dir(weights, "checkpoint") == uri  # same URI, new publication
     assert key("run-a") != first  # so the cache does not answer for the old weights
     assert STAGE_TASK["cache_expiration"].total_seconds() > 0
+
+
+def test_the_stage_cache_key_changes_when_the_run_folder_is_removed(tmp_path: Path) -> None:
+    """Prefect's result cache lives outside the run folder; once the folder is removed, its
+    answers name outputs that are gone, so a recreated folder must get new keys (and a second
+    process on the same folder the same ones)."""
+    import shutil
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
+    from odyssey_core.stages import RUN_FOLDER_ID_FILE
+    from tasks.common import stage_cache_key
+
+    run_dir = tmp_path / "run"
+    cfg = load_pipeline_config("tiny", {"run_dir": str(run_dir)})
+    context = SimpleNamespace(task=SimpleNamespace(name="curate"))
+    first = stage_cache_key(context, {"cfg": cfg})  # type: ignore[arg-type]
+    assert stage_cache_key(context, {"cfg": cfg}) == first  # type: ignore[arg-type]
+    assert (run_dir / RUN_FOLDER_ID_FILE).is_file()
+    other_process = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from odyssey_core.stages import run_folder_id;"
+            "from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config;"
+            "print(run_folder_id(load_pipeline_config('tiny', {'run_dir': sys.argv[1]})))",
+            str(run_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert other_process.stdout.strip() == (run_dir / RUN_FOLDER_ID_FILE).read_text().strip()
+    shutil.rmtree(run_dir)
+    assert stage_cache_key(context, {"cfg": cfg}) != first  # type: ignore[arg-type]
