@@ -292,6 +292,18 @@ class _VectorBase:
     def _describe(self, index: int) -> str:
         return f"env {index} ({self.env_ids[index]})"
 
+    def _refuse_ended(self, chosen: Sequence[int], ended: Sequence[str | None]) -> None:
+        """Refuse the whole step when a chosen env has ended (``ended[i]``: why env ``i`` can
+        no longer step, None while it can), so no env moves and loses its observation."""
+        refused = [i for i in chosen if ended[i] is not None]
+        if refused:
+            raise VectorEnvError(
+                "; ".join(f"{self._describe(i)} cannot step: {ended[i]}" for i in refused)
+                + f". Call reset(indices={refused}) first.",
+                indices=refused,
+                env_ids=[self.env_ids[i] for i in refused],
+            )
+
     def __len__(self) -> int:
         return self.num_envs
 
@@ -381,14 +393,7 @@ class SyncVectorEnv(_VectorBase):
         chosen = self._step_args(actions, indices)
         if self.closed:
             raise VectorEnvError("the vector env is closed")
-        ended = [i for i in chosen if self._envs[i].ended is not None]
-        if ended:  # refuse the whole batch, so no env moves and loses its observation
-            raise VectorEnvError(
-                "; ".join(f"{self._describe(i)} cannot step: {self._envs[i].ended}" for i in ended)
-                + f". Call reset(indices={ended}) first.",
-                indices=ended,
-                env_ids=[self.env_ids[i] for i in ended],
-            )
+        self._refuse_ended(chosen, [env.ended for env in self._envs])
         calls = [
             functools.partial(self._envs[i].step, action)
             for i, action in zip(chosen, actions, strict=True)
@@ -753,14 +758,7 @@ class SubprocVectorEnv(_VectorBase):
         """One turn of each chosen env (all by default); no env resets itself."""
         chosen = self._step_args(actions, indices)
         self._check_usable(chosen)
-        ended = [i for i in chosen if self._ended[i] is not None]
-        if ended:  # refuse the whole batch, so no env moves and loses its observation
-            raise VectorEnvError(
-                "; ".join(f"{self._describe(i)} cannot step: {self._ended[i]}" for i in ended)
-                + f". Call reset(indices={ended}) first.",
-                indices=ended,
-                env_ids=[self.env_ids[i] for i in ended],
-            )
+        self._refuse_ended(chosen, self._ended)
         inline: dict[int, tuple[int, ...]] = {}
 
         def convert(i: int, answer: tuple) -> tuple[Observation, float, bool, bool, dict]:
