@@ -221,12 +221,6 @@ def grpo_outcome(rewards, values, episode_ids, gamma):
     return (per_turn_outcome - mean) / (sigma + EPS), returns
 
 
-def grpo_outcome_pos(rewards, values, episode_ids, gamma):
-    """max(0, grpo_outcome)."""
-    advantages, returns = grpo_outcome(rewards, values, episode_ids, gamma)
-    return advantages.clamp(min=0), returns
-
-
 def grpo_process(rewards, values, episode_ids, gamma):
     """r~_t = (r_t - mean r) / sigma(r) over all turns; A_t = sum_{i>=t} r~_i (undiscounted)."""
     check_episode_rows(rewards, episode_ids)
@@ -234,10 +228,20 @@ def grpo_process(rewards, values, episode_ids, gamma):
     return discounted_return_to_go(_standardize(rewards), episode_ids, 1.0), returns
 
 
-def grpo_process_pos(rewards, values, episode_ids, gamma):
-    """max(0, grpo_process)."""
-    advantages, returns = grpo_process(rewards, values, episode_ids, gamma)
-    return advantages.clamp(min=0), returns
+def _positive_part(formula):
+    """The estimator max(0, ``formula``): its advantages with the negative ones set to 0."""
+
+    def positive(rewards, values, episode_ids, gamma):
+        advantages, returns = formula(rewards, values, episode_ids, gamma)
+        return advantages.clamp(min=0), returns
+
+    positive.__name__ = positive.__qualname__ = f"{formula.__name__}_pos"
+    positive.__doc__ = f"max(0, {formula.__name__})."
+    return positive
+
+
+grpo_outcome_pos = _positive_part(grpo_outcome)
+grpo_process_pos = _positive_part(grpo_process)
 
 
 def reinforce_pp(rewards, values, episode_ids, gamma):
