@@ -923,36 +923,38 @@ class S3ArtifactStore(ArtifactStore):
         status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         return code in ("404", "NoSuchKey", "NotFound") or status == 404
 
-    def _head(self, key: str) -> _ObjectInfo:
+    def _retry_existing(self, what: str, key: str, call: Callable[[], T]) -> T:
+        """``call`` on the object at ``key`` with :meth:`_retry`; when there is no such object,
+        an :class:`ArtifactNotFoundError` naming its URI."""
         try:
-            head = self._retry(
-                f"head {key}",
-                lambda: self.client.head_object(Bucket=self.bucket, Key=self._obj(key)),
-            )
+            return self._retry(f"{what} {key}", call)
         except Exception as err:
             if self._is_missing(err):
                 raise ArtifactNotFoundError(f"no artifact at {self._uri_of_full(key)}") from None
             raise
+
+    def _head(self, key: str) -> _ObjectInfo:
+        head = self._retry_existing(
+            "head",
+            key,
+            lambda: self.client.head_object(Bucket=self.bucket, Key=self._obj(key)),
+        )
         return _ObjectInfo(
             size=int(head["ContentLength"]), sha256=head.get("Metadata", {}).get("sha256")
         )
 
     def _download(self, key: str, dest: Path, progress: ProgressCallback | None) -> None:
-        try:
-            self._retry(
-                f"download {key}",
-                lambda: self.client.download_file(
-                    self.bucket,
-                    self._obj(key),
-                    str(dest),
-                    Config=self.transfer_config,
-                    Callback=progress,
-                ),
-            )
-        except Exception as err:
-            if self._is_missing(err):
-                raise ArtifactNotFoundError(f"no artifact at {self._uri_of_full(key)}") from None
-            raise
+        self._retry_existing(
+            "download",
+            key,
+            lambda: self.client.download_file(
+                self.bucket,
+                self._obj(key),
+                str(dest),
+                Config=self.transfer_config,
+                Callback=progress,
+            ),
+        )
 
     def _write_bytes(self, key: str, data: bytes) -> None:
         sha = hashlib.sha256(data).hexdigest()
@@ -969,15 +971,11 @@ class S3ArtifactStore(ArtifactStore):
         )
 
     def _read_bytes(self, key: str) -> bytes:
-        try:
-            response = self._retry(
-                f"get {key}",
-                lambda: self.client.get_object(Bucket=self.bucket, Key=self._obj(key)),
-            )
-        except Exception as err:
-            if self._is_missing(err):
-                raise ArtifactNotFoundError(f"no artifact at {self._uri_of_full(key)}") from None
-            raise
+        response = self._retry_existing(
+            "get",
+            key,
+            lambda: self.client.get_object(Bucket=self.bucket, Key=self._obj(key)),
+        )
         data = response["Body"].read()
         expected = response.get("Metadata", {}).get("sha256")
         if expected and hashlib.sha256(data).hexdigest() != expected:
