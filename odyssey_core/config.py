@@ -42,12 +42,11 @@ def reject_renamed_keys(data: Any, renamed: Mapping[str, str]) -> None:
         raise ValueError("; ".join(used))
 
 
-class StrictModel(BaseModel):
-    """A settings model: unknown keys are errors, instances are frozen. ``renamed_keys`` maps
-    the dotted path of a key the model no longer has to what replaces it, so an old preset
-    fails with the new name instead of a bare "extra inputs are not permitted"."""
+class RenamedKeysModel(BaseModel):
+    """A model whose ``renamed_keys`` maps the dotted path of a key it no longer has to what
+    replaces it, so an old preset fails with the new name instead of a bare "extra inputs are
+    not permitted"."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     renamed_keys: ClassVar[Mapping[str, str]] = {}
 
     @model_validator(mode="before")
@@ -55,6 +54,13 @@ class StrictModel(BaseModel):
     def _no_renamed_keys(cls, data: Any) -> Any:
         reject_renamed_keys(data, cls.renamed_keys)
         return data
+
+
+class StrictModel(RenamedKeysModel):
+    """A settings model: unknown keys are errors (a renamed one names its replacement, see
+    :class:`RenamedKeysModel`), instances are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 def redefault(base: type[BaseModel], name: str, default: Any, description: str) -> Any:
