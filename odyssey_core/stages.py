@@ -39,19 +39,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
-from odyssey_core.config import reject_renamed_keys
+from odyssey_core.config import RenamedKeysModel, deep_merge
 from odyssey_core.recipe import Evaluation, Recipe
 
 if TYPE_CHECKING:
     from odyssey_core.registry.artifacts import ArtifactStore
     from odyssey_core.registry.models import GateResult, PromotionDecision
     from odyssey_core.registry.tracking import TrackedRun, Tracker
+    from odyssey_core.sft.settings import SFTSettings
 
 __all__ = [
     "DONE_MARKER",
@@ -67,11 +68,13 @@ __all__ = [
     "StageContext",
     "StagePreset",
     "advance",
+    "base_model_ref",
     "evaluate_rows_one_by_one",
     "evaluate_stage",
     "fetch",
     "fetch_json",
     "fingerprint",
+    "finished_checkpoint",
     "local_copy",
     "make_tracker",
     "nightly_stage",
@@ -86,7 +89,10 @@ __all__ = [
     "run_folder_id",
     "run_stage",
     "run_store",
+    "servable_model_dir",
+    "serving_fields",
     "sft_here_or_launched",
+    "sft_settings_for",
     "step_bar",
     "train_here_or_launched",
     "training_dir",
@@ -100,18 +106,11 @@ DONE_MARKER = "done.json"
 # -- the run's configuration --------------------------------------------------------------------
 
 
-class PipelineSection(BaseModel):
+class PipelineSection(RenamedKeysModel):
     """A section of a pipeline config: unknown keys are errors, and a key the section renamed
     (``renamed_keys``: dotted old path -> what replaces it) fails naming its replacement."""
 
     model_config = ConfigDict(extra="forbid")
-    renamed_keys: ClassVar[Mapping[str, str]] = {}
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_renamed_keys(cls, data: Any) -> Any:
-        reject_renamed_keys(data, cls.renamed_keys)
-        return data
 
 
 class StagePreset(PipelineSection):
@@ -491,6 +490,26 @@ def training_dir(work: Path, key: str) -> Path:
     return train
 
 
+def sft_settings_for(
+    model: Any, defaults: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> SFTSettings:
+    """An SFT stage's settings: the recipe's ``defaults``, then what the RL policy's ``model``
+    settings fix (dtype, as float32 unless bfloat16; device, attention, frame size), then the
+    pipeline's ``sft.settings`` (``overrides``)."""
+    from odyssey_core.sft.settings import SFTSettings
+
+    from_model: dict[str, Any] = {
+        "model_dtype": model.dtype if model.dtype in ("float32", "bfloat16") else "float32",
+        "device": model.device,
+        "attn_implementation": model.attn_implementation,
+        "image_scale": model.image_scale,
+        "image_size": model.image_size,
+    }
+    return SFTSettings.model_validate(
+        deep_merge(deep_merge(dict(defaults), from_model), dict(overrides))
+    )
+
+
 def sft_here_or_launched(
     settings: Any,
     dataset: Path,
@@ -564,6 +583,66 @@ def train_here_or_launched(
         return trainer.policy
     finally:
         trainer.close()
+
+
+def finished_checkpoint(train_dir: Path, what: str) -> tuple[Path, int]:
+    """The last checkpoint a finished training run (``what``: its name in the error) left under
+    ``train_dir``, and the step it was written at."""
+    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state
+
+    checkpoint = latest_checkpoint(train_dir)
+    if checkpoint is None:
+        raise RuntimeError(f"{what} finished without a checkpoint under {train_dir}")
+    return checkpoint, int(load_trainer_state(checkpoint)["step"])
+
+
+def servable_model_dir(
+    ctx: StageContext,
+    settings: Any,
+    policy: Any,
+    train_dir: Path,
+    checkpoint: Path,
+    *,
+    system_prompt: str,
+) -> Path:
+    """The trained policy as a plain model folder: the checkpoint's policy folder, or with LoRA
+    (an adapter alone cannot be evaluated or served) the adapter merged into its base model in
+    ``<work>/merged-<tag>``. ``policy`` is :func:`train_here_or_launched`'s; None (trained in
+    other processes) rebuilds it from the checkpoint."""
+    from odyssey_core.models.lora import merge_and_save
+    from odyssey_core.rl.checkpoint import policy_dir
+    from odyssey_core.rl.policy import build_policy
+
+    if settings.lora is None:
+        return policy_dir(checkpoint)
+    if policy is None:
+        policy = build_policy(
+            settings.model, settings.lora, train_dir, checkpoint, system_prompt=system_prompt
+        )
+    model_dir = ctx.work / f"merged-{ctx.tag}"
+    shutil.rmtree(model_dir, ignore_errors=True)
+    merge_and_save(policy.model, model_dir, policy.processor, inplace=True)
+    return model_dir
+
+
+def base_model_ref(ctx: StageContext, settings: Any, built: Path) -> str:
+    """The model a stage trained from ``settings.model`` started from: with no configured path,
+    the tiny model built for this run at ``built``, published here; else that path."""
+    if settings.model.path is None:
+        return ctx.publish_dir(built, f"base-model-{ctx.tag}")
+    return str(Path(settings.model.path).resolve())
+
+
+def serving_fields(model: Any, max_new_tokens: int) -> dict[str, Any]:
+    """How a registered MLflow Model answers: ``model``'s image scale and size, device and
+    dtype, and the answer's token budget."""
+    return {
+        "image_scale": model.image_scale,
+        "image_size": model.image_size,
+        "max_new_tokens": max_new_tokens,
+        "device": model.device,
+        "dtype": model.dtype,
+    }
 
 
 def step_bar(desc: str, total: int | None = None) -> Any:
@@ -670,6 +749,16 @@ class StageContext:
     def keep(self, *paths: str | Path) -> None:
         """Local outputs the marker requires: when one is gone, the stage runs again."""
         self.kept.extend(Path(p) for p in paths)
+
+    def log_step(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """A training step's numeric metrics on the stage run (an RL ``on_step`` callback)."""
+        self.run.log_metrics(numeric(metrics), step=step)
+
+    def log_sft_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """An SFT line's numeric metrics on the stage run, at its ``step`` when it has one (an
+        ``on_metrics`` callback of :func:`sft_here_or_launched`)."""
+        step = metrics.get("step")
+        self.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
 
 
 def run_stage(

@@ -64,13 +64,17 @@ from odyssey_core.stages import (
     Stage,
     StageContext,
     StagePreset,
+    base_model_ref,
     evaluate_stage,
+    finished_checkpoint,
     local_copy,
     nightly_stage,
-    numeric,
     register_stage,
     run_stage,
+    servable_model_dir,
+    serving_fields,
     sft_here_or_launched,
+    sft_settings_for,
     train_here_or_launched,
 )
 
@@ -291,20 +295,8 @@ def sft_epochs(cfg: EspoPipelineConfig) -> int:
 def espo_sft_settings(cfg: EspoPipelineConfig) -> Any:
     """ESPO_SFT_DEFAULTS, then the training preset's model (dtype, device, frame size), then
     :func:`sft_epochs` and ``sft.settings``."""
-    from odyssey_core.sft.settings import SFTSettings
-
-    m = _train_settings(cfg).model
-    from_model: dict[str, Any] = {
-        "model_dtype": m.dtype if m.dtype in ("float32", "bfloat16") else "float32",
-        "device": m.device,
-        "attn_implementation": m.attn_implementation,
-        "image_scale": m.image_scale,
-        "image_size": m.image_size,
-        "epochs": sft_epochs(cfg),
-    }
-    return SFTSettings.model_validate(
-        deep_merge(deep_merge(ESPO_SFT_DEFAULTS, from_model), cfg.sft.settings)
-    )
+    defaults = {**ESPO_SFT_DEFAULTS, "epochs": sft_epochs(cfg)}
+    return sft_settings_for(_train_settings(cfg).model, defaults, cfg.sft.settings)
 
 
 def stage_espo_sft(
@@ -334,24 +326,17 @@ def stage_espo_sft(
             ctx.run.log_metrics({"sft_examples": float(built.samples)})
         base = resolve_base_model(settings.model, ctx.work)
 
-        def on_metrics(metrics: dict[str, Any]) -> None:
-            step = metrics.get("step")
-            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
-
         result = sft_here_or_launched(
             sft_settings,
             examples,
             base,
             ctx.training_dir(),
-            on_metrics=on_metrics,
+            on_metrics=ctx.log_sft_metrics,
             emit=log.info,
             system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
         )
         model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
-        if settings.model.path is None:
-            base_uri = ctx.publish_dir(base, f"base-model-{ctx.tag}")
-        else:
-            base_uri = str(Path(settings.model.path).resolve())
+        base_uri = base_model_ref(ctx, settings, base)
         ctx.keep(result.final_dir)
         samples = json.loads((examples / "manifest.json").read_text())["num_samples"]
         return {
@@ -391,10 +376,7 @@ def stage_espo_train(
 ) -> dict[str, Any]:
     """ESPO (or its GRPO variant) from the SFT model: returns ``checkpoint_uri`` and
     ``base_model``; without a train stage (SFT only) the SFT model is the checkpoint."""
-    from odyssey_core.models.lora import merge_and_save
     from odyssey_core.recipes.espo.train import build_trainer
-    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
-    from odyssey_core.rl.policy import build_policy
 
     settings = _train_settings(cfg)
 
@@ -405,38 +387,19 @@ def stage_espo_train(
             more["model"] = {"path": str(ctx.fetch("sft_model", ctx.work / f"sft-{ctx.tag}"))}
         run_settings = _train_settings(cfg, **more)
 
-        def on_step(step: int, metrics: dict[str, float]) -> None:
-            ctx.run.log_metrics(numeric(metrics), step=step)
-
         train_dir = ctx.work / f"run-{ctx.tag}"
         policy = train_here_or_launched(
-            "espo", run_settings, build_trainer, train_dir, on_step=on_step, emit=log.info
+            "espo", run_settings, build_trainer, train_dir, on_step=ctx.log_step, emit=log.info
         )
-        checkpoint = latest_checkpoint(train_dir)
-        if checkpoint is None:
-            raise RuntimeError(f"ESPO finished without a checkpoint under {train_dir}")
-        steps = int(load_trainer_state(checkpoint)["step"])
-        model_dir = policy_dir(checkpoint)
-        if settings.lora is not None:  # an adapter alone cannot be evaluated or served
-            if policy is None:  # trained in other processes: the adapter from the checkpoint
-                policy = build_policy(
-                    run_settings.model,
-                    run_settings.lora,
-                    train_dir,
-                    checkpoint,
-                    system_prompt=ESPO_SYSTEM_PROMPT,
-                )
-            model_dir = ctx.work / f"merged-{ctx.tag}"
-            shutil.rmtree(model_dir, ignore_errors=True)
-            merge_and_save(policy.model, model_dir, policy.processor, inplace=True)
-        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}")
+        checkpoint, steps = finished_checkpoint(train_dir, "ESPO")
+        model_dir = servable_model_dir(
+            ctx, run_settings, policy, train_dir, checkpoint, system_prompt=ESPO_SYSTEM_PROMPT
+        )
+        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
         if sft is not None:
             base = sft["base_model_uri"]
-        elif settings.model.path is None:
-            base = ctx.publish_dir(train_dir / "base-model", f"base-model-{ctx.tag}")
         else:
-            base = str(Path(settings.model.path).resolve())
-        ctx.run.log_artifact_ref("checkpoint", uri)
+            base = base_model_ref(ctx, settings, train_dir / "base-model")
         ctx.keep(checkpoint)
         return {
             "checkpoint_uri": uri,
@@ -678,13 +641,7 @@ def stage_espo_evaluate(
 
 def _serving(cfg: EspoPipelineConfig) -> dict[str, Any]:
     s = _train_settings(cfg)
-    return {
-        "image_scale": s.model.image_scale,
-        "image_size": s.model.image_size,
-        "max_new_tokens": s.rollout.generation.max_new_tokens,
-        "device": s.model.device,
-        "dtype": s.model.dtype,
-    }
+    return serving_fields(s.model, s.rollout.generation.max_new_tokens)
 
 
 def stage_espo_register(

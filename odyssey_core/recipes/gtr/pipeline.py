@@ -54,13 +54,18 @@ from odyssey_core.stages import (
     Stage,
     StageContext,
     StagePreset,
+    base_model_ref,
     evaluate_stage,
+    finished_checkpoint,
     local_copy,
     nightly_stage,
     numeric,
     register_stage,
     run_stage,
+    servable_model_dir,
+    serving_fields,
     sft_here_or_launched,
+    sft_settings_for,
     train_here_or_launched,
 )
 
@@ -222,11 +227,7 @@ def _serving(settings: Any) -> dict[str, Any]:
     return {
         "env": settings.rollout.env,
         "env_kwargs": settings.rollout.env_kwargs,
-        "image_scale": settings.model.image_scale,
-        "image_size": settings.model.image_size,
-        "max_new_tokens": settings.rollout.generation.max_new_tokens,
-        "device": settings.model.device,
-        "dtype": settings.model.dtype,
+        **serving_fields(settings.model, settings.rollout.generation.max_new_tokens),
     }
 
 
@@ -244,6 +245,12 @@ def _annotator(cfg: GTRPipelineConfig) -> dict[str, Any]:
     from odyssey_core.recipes.gtr.corrector import describe_corrector
 
     return describe_corrector(cfg.sft.corrector, cfg.sft.corrector_kwargs)
+
+
+def _corrector_server(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """What a corrector resolved to from the environment, as a stage fingerprints it: its
+    model and server, never a key (another model behind the same preset trains anew)."""
+    return {k: resolved[k] for k in ("model", "base_url") if k in resolved}
 
 
 def read_provenance(model_dir: str | Path) -> dict[str, Any] | None:
@@ -280,19 +287,8 @@ def _provenance_lines(provenance: Mapping[str, Any] | None) -> list[str]:
 def gtr_sft_settings(cfg: GTRPipelineConfig, settings: Any | None = None) -> Any:
     """The SFT stage's SFTSettings: GTR_SFT_DEFAULTS, then the training preset's model
     (dtype, device, frame size: the policy RL trains), then ``sft.settings``."""
-    from odyssey_core.sft.settings import SFTSettings
-
-    m = (settings or _train_settings(cfg)).model
-    from_model: dict[str, Any] = {
-        "model_dtype": m.dtype if m.dtype in ("float32", "bfloat16") else "float32",
-        "device": m.device,
-        "attn_implementation": m.attn_implementation,
-        "image_scale": m.image_scale,
-        "image_size": m.image_size,
-    }
-    return SFTSettings.model_validate(
-        deep_merge(deep_merge(GTR_SFT_DEFAULTS, from_model), cfg.sft.settings)
-    )
+    model = (settings or _train_settings(cfg)).model
+    return sft_settings_for(model, GTR_SFT_DEFAULTS, cfg.sft.settings)
 
 
 def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
@@ -333,16 +329,12 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
         manifest = json.loads((dataset_dir / "manifest.json").read_text())
         base = resolve_base_model(settings.model, ctx.work)  # the tiny model when path is null
 
-        def on_metrics(metrics: dict[str, Any]) -> None:
-            step = metrics.get("step")
-            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
-
         result = sft_here_or_launched(
             sft_settings,
             dataset_dir,
             base,
             ctx.training_dir(),
-            on_metrics=on_metrics,
+            on_metrics=ctx.log_sft_metrics,
             emit=log.info,
             system_prompts={sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)},
         )
@@ -350,10 +342,7 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
         ctx.run.log_metrics({"samples": float(samples), "sft_steps": float(result.steps)})
         model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
         dataset_uri = ctx.publish_dir(dataset_dir, f"dataset-{ctx.tag}", ref="dataset")
-        if settings.model.path is None:  # the tiny model built here: publish it
-            base_uri = ctx.publish_dir(base, f"base-model-{ctx.tag}")
-        else:
-            base_uri = str(Path(settings.model.path).resolve())
+        base_uri = base_model_ref(ctx, settings, base)
         ctx.keep(result.final_dir, dataset_dir)
         return {
             "model_uri": model_uri,
@@ -375,7 +364,7 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
             settings.model.model_dump(mode="json"),
             r.env,
             r.env_kwargs,
-            {k: resolved[k] for k in ("model", "base_url") if k in resolved},
+            _corrector_server(resolved),
         ],
         params=sft_settings,
         parent_run_id=parent_run_id,
@@ -389,13 +378,10 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
     """GTR training with resume, after the SFT stage when ``sft.enabled``; returns
     ``checkpoint_uri`` (a plain model folder), ``base_model`` (the model before SFT and RL: a
     store URI for the built tiny model, else the configured local path) and ``sft_model``."""
-    from odyssey_core.models.lora import merge_and_save
     from odyssey_core.recipes.gtr.corrector import check_corrector, describe_corrector
     from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
     from odyssey_core.recipes.gtr.settings import load_gtr_settings
     from odyssey_core.recipes.gtr.train import build_trainer
-    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
-    from odyssey_core.rl.policy import build_policy
 
     settings = _train_settings(cfg)
     r = settings.rollout
@@ -414,30 +400,18 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
             overrides = deep_merge(cfg.train.overrides, {"model": {"path": str(sft_model)}})
             run_settings = load_gtr_settings(cfg.train.preset, overrides)
 
-        def on_step(step: int, metrics: dict[str, float]) -> None:
-            ctx.run.log_metrics(numeric(metrics), step=step)
-
         policy = train_here_or_launched(
-            "gtr", run_settings, build_trainer, train_dir, on_step=on_step, emit=log.info
+            "gtr", run_settings, build_trainer, train_dir, on_step=ctx.log_step, emit=log.info
         )
-        checkpoint = latest_checkpoint(train_dir)
-        if checkpoint is None:
-            raise RuntimeError(f"GTR finished without a checkpoint under {train_dir}")
-        steps = int(load_trainer_state(checkpoint)["step"])
-        model_dir = policy_dir(checkpoint)
-        if settings.lora is not None:  # an adapter alone cannot be evaluated or served
-            if policy is None:  # trained in other processes: the adapter from the checkpoint
-                prompt = gtr_system_prompt(r.env, r.env_kwargs)
-                policy = build_policy(
-                    run_settings.model,
-                    run_settings.lora,
-                    train_dir,
-                    checkpoint,
-                    system_prompt=prompt,
-                )
-            model_dir = ctx.work / f"merged-{ctx.tag}"
-            shutil.rmtree(model_dir, ignore_errors=True)
-            merge_and_save(policy.model, model_dir, policy.processor, inplace=True)
+        checkpoint, steps = finished_checkpoint(train_dir, "GTR")
+        model_dir = servable_model_dir(
+            ctx,
+            run_settings,
+            policy,
+            train_dir,
+            checkpoint,
+            system_prompt=gtr_system_prompt(r.env, r.env_kwargs),
+        )
         provenance = {
             "recipe": "gtr",
             "preset": str(cfg.train.preset),
@@ -454,14 +428,11 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
             },
         }
         (model_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
-        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}")
+        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
         if sft is not None:
             base = sft["base_model_uri"]
-        elif settings.model.path is None:  # the tiny model built for this run: publish it
-            base = ctx.publish_dir(train_dir / "base-model", f"base-model-{ctx.tag}")
         else:
-            base = str(Path(settings.model.path).resolve())
-        ctx.run.log_artifact_ref("checkpoint", uri)
+            base = base_model_ref(ctx, settings, train_dir / "base-model")
         ctx.run.log_metrics({"steps": float(steps)})
         ctx.keep(checkpoint)
         return {
@@ -479,12 +450,7 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
         cfg,
         Stage("train", label="gtr-train"),
         body,
-        # what the corrector resolved to from the environment (its model and server, never a
-        # key) is an input too: another model behind the same preset trains anew
-        config=[
-            settings.model_dump(mode="json"),
-            {k: resolved[k] for k in ("model", "base_url") if k in resolved},
-        ],
+        config=[settings.model_dump(mode="json"), _corrector_server(resolved)],
         inputs=None if sft is None else {"sft_model": sft["model_uri"]},
         params=settings,
         parent_run_id=parent_run_id,

@@ -49,6 +49,7 @@ from odyssey_core.stages import (
     advance,
     evaluate_stage,
     fetch,
+    finished_checkpoint,
     make_tracker,
     nightly_stage,
     nightly_table,
@@ -56,6 +57,7 @@ from odyssey_core.stages import (
     read_marker,
     register_stage,
     run_stage,
+    serving_fields,
     sft_here_or_launched,
     step_bar,
     train_here_or_launched,
@@ -251,8 +253,26 @@ STAGES = (*CURATE_STAGES, "sft", "rl", "evaluate", "promote")
 _PROGRESS = {"show_progress": True, "sampling": {"show_progress": True}}
 
 
-def _curation(name: str) -> Stage:
-    return Stage(name, folder=f"curate/{name}", prefix="curate")
+def _run_curation(
+    cfg: PipelineConfig,
+    name: str,
+    body: Callable[[StageContext], Mapping[str, Any]],
+    params: dict[str, Any],
+    *,
+    inputs: Mapping[str, str] | None = None,
+    parent_run_id: str | None,
+) -> dict[str, Any]:
+    """Curation stage ``name`` in the envelope, under ``curate/<name>``: its part of the
+    curation config (``params``) is both what it is fingerprinted on and what it logs."""
+    return run_stage(
+        cfg,
+        Stage(name, folder=f"curate/{name}", prefix="curate"),
+        body,
+        config=[params],
+        inputs=inputs,
+        params=params,
+        parent_run_id=parent_run_id,
+    )
 
 
 def _curate_config(cfg: PipelineConfig) -> Any:
@@ -340,9 +360,7 @@ def stage_record(cfg: PipelineConfig, *, parent_run_id: str | None = None) -> di
             "frames": sum(frames.values()),
         }
 
-    return run_stage(
-        cfg, _curation("record"), body, config=[params], params=params, parent_run_id=parent_run_id
-    )
+    return _run_curation(cfg, "record", body, params, parent_run_id=parent_run_id)
 
 
 def stage_sample(
@@ -377,13 +395,12 @@ def stage_sample(
         ctx.keep(folder)
         return {"samples_uri": uri, "samples": kept}
 
-    return run_stage(
+    return _run_curation(
         cfg,
-        _curation("sample"),
+        "sample",
         body,
-        config=[params],
+        params,
         inputs={"walkthroughs": walkthroughs_uri},
-        params=params,
         parent_run_id=parent_run_id,
     )
 
@@ -413,14 +430,8 @@ def stage_annotate(
         ctx.keep(folder)
         return {"annotations_uri": uri, "annotations": rows}
 
-    return run_stage(
-        cfg,
-        _curation("annotate"),
-        body,
-        config=[params],
-        inputs={"samples": samples_uri},
-        params=params,
-        parent_run_id=parent_run_id,
+    return _run_curation(
+        cfg, "annotate", body, params, inputs={"samples": samples_uri}, parent_run_id=parent_run_id
     )
 
 
@@ -476,13 +487,12 @@ def stage_validate(
             "quarantined": int(summary.get("quarantined", 0)),
         }
 
-    return run_stage(
+    return _run_curation(
         cfg,
-        _curation("validate"),
+        "validate",
         body,
-        config=[params],
+        params,
         inputs={"annotations": annotations_uri, "samples": samples_uri},
-        params=params,
         parent_run_id=parent_run_id,
     )
 
@@ -524,14 +534,8 @@ def stage_build_dataset(
         return {"dataset_uri": uri, "num_samples": num_samples}
 
     inputs = {"validation": validation_uri, "samples": samples_uri, "annotations": annotations_uri}
-    return run_stage(
-        cfg,
-        _curation("build-dataset"),
-        body,
-        config=[params],
-        inputs=inputs,
-        params=params,
-        parent_run_id=parent_run_id,
+    return _run_curation(
+        cfg, "build-dataset", body, params, inputs=inputs, parent_run_id=parent_run_id
     )
 
 
@@ -584,8 +588,8 @@ def stage_sft(
         bar = step_bar("sft")
 
         def on_metrics(metrics: dict[str, Any]) -> None:
+            ctx.log_sft_metrics(metrics)
             step = metrics.get("step")
-            ctx.run.log_metrics(numeric(metrics), step=int(step) if step is not None else None)
             if step is not None and "loss" in metrics:
                 advance(bar, int(step), loss=float(metrics["loss"]))
 
@@ -623,7 +627,7 @@ def stage_rl(
     """RL from the SFT model, resuming from the latest checkpoint; returns ``checkpoint_uri``.
     With ``launch`` asking for several processes, training runs under the launcher."""
     from odyssey_core.recipes.odysseus.train import build_trainer
-    from odyssey_core.rl.checkpoint import latest_checkpoint, load_trainer_state, policy_dir
+    from odyssey_core.rl.checkpoint import policy_dir
 
     def body(ctx: StageContext) -> dict[str, Any]:
         sft_model = ctx.fetch("model", ctx.work / "sft-model")
@@ -632,7 +636,7 @@ def stage_rl(
         bar = step_bar("rl", settings.steps)
 
         def on_step(step: int, metrics: dict[str, float]) -> None:
-            ctx.run.log_metrics(numeric(metrics), step=step)
+            ctx.log_step(step, metrics)
             progress = metrics.get("all/progress_mean", float("nan"))
             advance(bar, step, progress=progress)
 
@@ -641,10 +645,7 @@ def stage_rl(
             train_here_or_launched(
                 "odysseus", settings, build_trainer, train_dir, on_step=on_step, emit=log.info
             )
-        checkpoint = latest_checkpoint(train_dir)
-        if checkpoint is None:
-            raise RuntimeError(f"RL finished without a checkpoint under {train_dir}")
-        steps = int(load_trainer_state(checkpoint)["step"])
+        checkpoint, steps = finished_checkpoint(train_dir, "RL")
         # The policy folder is what an hf: agent (and the registry) needs; the optimizer state
         # stays local for resuming. Its key names the inputs, so a registered version keeps
         # pointing at the weights it was gated on when a later run of this pipeline trains anew.
@@ -880,13 +881,7 @@ def stage_evaluate(
 def _serving(cfg: PipelineConfig) -> dict[str, Any]:
     """How the registered MLflow Model answers: the RL preset's inference settings."""
     inference = pipeline_inference(cfg)
-    return {
-        "image_scale": inference.image_scale,
-        "image_size": inference.image_size,
-        "max_new_tokens": inference.max_new_tokens,
-        "device": inference.device,
-        "dtype": inference.dtype,
-    }
+    return serving_fields(inference, inference.max_new_tokens)
 
 
 def stage_promote(
