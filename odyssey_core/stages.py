@@ -69,6 +69,7 @@ __all__ = [
     "StagePreset",
     "advance",
     "base_model_ref",
+    "eval_model_inputs",
     "evaluate_rows_one_by_one",
     "evaluate_stage",
     "fetch",
@@ -631,6 +632,18 @@ def base_model_ref(ctx: StageContext, settings: Any, built: Path) -> str:
     if settings.model.path is None:
         return ctx.publish_dir(built, f"base-model-{ctx.tag}")
     return str(Path(settings.model.path).resolve())
+
+
+def eval_model_inputs(settings: Any, generation: Mapping[str, Any]) -> dict[str, Any]:
+    """What an evaluation takes from a training preset's ``settings`` besides its env: the
+    generation params with the eval section's ``generation`` laid over them, and the model
+    settings without the path (the evaluated model's folder replaces it)."""
+    return {
+        "generation": settings.rollout.generation.model_copy(update=dict(generation)).model_dump(
+            mode="json"
+        ),
+        "model": settings.model.model_dump(mode="json", exclude={"path"}),
+    }
 
 
 def serving_fields(model: Any, max_new_tokens: int) -> dict[str, Any]:

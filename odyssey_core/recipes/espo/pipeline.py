@@ -65,6 +65,7 @@ from odyssey_core.stages import (
     StageContext,
     StagePreset,
     base_model_ref,
+    eval_model_inputs,
     evaluate_stage,
     finished_checkpoint,
     local_copy,
@@ -429,10 +430,7 @@ def _eval_inputs(cfg: EspoPipelineConfig) -> dict[str, Any]:
     s = _train_settings(cfg)
     return {
         "eval": cfg.eval.model_dump(mode="json"),
-        "generation": s.rollout.generation.model_copy(update=cfg.eval.generation).model_dump(
-            mode="json"
-        ),
-        "model": s.model.model_dump(mode="json", exclude={"path"}),
+        **eval_model_inputs(s, cfg.eval.generation),
         "channel": s.data.channel,
         "history_window": s.rollout.history_window,
     }

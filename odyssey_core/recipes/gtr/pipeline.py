@@ -55,6 +55,7 @@ from odyssey_core.stages import (
     StageContext,
     StagePreset,
     base_model_ref,
+    eval_model_inputs,
     evaluate_stage,
     finished_checkpoint,
     local_copy,
@@ -470,10 +471,7 @@ def _eval_inputs(cfg: GTRPipelineConfig) -> dict[str, Any]:
         "env_kwargs": cfg.eval.env_kwargs
         if cfg.eval.env_kwargs is not None
         else s.rollout.env_kwargs,
-        "generation": s.rollout.generation.model_copy(update=cfg.eval.generation).model_dump(
-            mode="json"
-        ),
-        "model": s.model.model_dump(mode="json", exclude={"path"}),
+        **eval_model_inputs(s, cfg.eval.generation),
     }
 
 
