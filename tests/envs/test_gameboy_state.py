@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from odyssey_core.envs import make_env
-
 GAMES = ["odland", pytest.param("mario", marks=pytest.mark.needs_sml)]
 TURN_KEYS = {"buttons", "invalid_action", "life_lost", "parse_error"}
 RUN = ("b", "right")
@@ -19,22 +17,6 @@ RUN = ("b", "right")
 
 def state_part(info: dict) -> dict:
     return {k: v for k, v in info.items() if k not in TURN_KEYS}
-
-
-@pytest.fixture()
-def make(request, odland_rom):
-    made = []
-
-    def build(game: str, **kwargs):
-        if game == "mario":
-            kwargs["rom_path"] = request.getfixturevalue("sml_rom")  # skips without a ROM
-        env = make_env(f"{game}-1-1", **kwargs)
-        made.append(env)
-        return env
-
-    yield build
-    for env in made:
-        env.close()
 
 
 def run_right(env, turns: int) -> list[tuple[bytes, dict]]:
@@ -50,8 +32,8 @@ def run_right(env, turns: int) -> list[tuple[bytes, dict]]:
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_info_right_after_load_state_is_the_info_when_saved(make, game) -> None:
-    env = make(game, max_turns=100)
+def test_info_right_after_load_state_is_the_info_when_saved(make_game_env, game) -> None:
+    env = make_game_env(game, max_turns=100)
     _, start_info = env.reset(seed=0)
     start = env.save_state()
     saved = [(start, state_part(start_info)), *run_right(env, 8)]
@@ -70,8 +52,8 @@ def test_info_right_after_load_state_is_the_info_when_saved(make, game) -> None:
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_reset_from_a_state_reports_that_state(make, game) -> None:
-    env = make(game, max_turns=100)
+def test_reset_from_a_state_reports_that_state(make_game_env, game) -> None:
+    env = make_game_env(game, max_turns=100)
     env.reset(seed=0)
     saved = run_right(env, 6)
     state, info_when_saved = saved[len(saved) // 2]
@@ -81,8 +63,8 @@ def test_reset_from_a_state_reports_that_state(make, game) -> None:
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_a_reused_env_starts_its_next_episode_at_the_level_start(make, game) -> None:
-    env = make(game, max_turns=300)
+def test_a_reused_env_starts_its_next_episode_at_the_level_start(make_game_env, game) -> None:
+    env = make_game_env(game, max_turns=300)
     _, first = env.reset(seed=0)
     start_state = env.save_state()
     for episode in range(3):

@@ -11,27 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 from odyssey_core.config import GameBoyEnvConfig
-from odyssey_core.envs import make_env
 from odyssey_core.envs.pyboy.env import timer_div, unpack_state
 
 GAMES = ["odland", pytest.param("mario", marks=pytest.mark.needs_sml)]
 SEEDS = range(8)
-
-
-@pytest.fixture()
-def make(request, odland_rom):
-    made = []
-
-    def build(game: str, **kwargs):
-        if game == "mario":
-            kwargs["rom_path"] = request.getfixturevalue("sml_rom")  # skips without a ROM
-        env = make_env(f"{game}-1-1", **kwargs)
-        made.append(env)
-        return env
-
-    yield build
-    for env in made:
-        env.close()
 
 
 def start(env, seed: int) -> tuple[bytes, int]:
@@ -40,8 +23,10 @@ def start(env, seed: int) -> tuple[bytes, int]:
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_the_same_seed_gives_a_byte_identical_start_in_a_fresh_and_a_reused_env(make, game) -> None:
-    fresh, reused = make(game), make(game)
+def test_the_same_seed_gives_a_byte_identical_start_in_a_fresh_and_a_reused_env(
+    make_game_env, game
+) -> None:
+    fresh, reused = make_game_env(game), make_game_env(game)
     reused.reset(seed=123)
     reused.step(("b", "right"))  # the reused env leaves a played state behind
     for seed in (0, 7):
@@ -50,8 +35,8 @@ def test_the_same_seed_gives_a_byte_identical_start_in_a_fresh_and_a_reused_env(
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_different_seeds_start_with_different_div(make, game) -> None:
-    env = make(game)
+def test_different_seeds_start_with_different_div(make_game_env, game) -> None:
+    env = make_game_env(game)
     starts = [start(env, seed) for seed in SEEDS]
     divs = [div for _, div in starts]
     # 8 draws of a byte: all equal has probability 256**-7; these seeds give at least 6 values.
@@ -63,16 +48,16 @@ def test_different_seeds_start_with_different_div(make, game) -> None:
 
 
 @pytest.mark.parametrize("game", GAMES)
-def test_a_fixed_div_gives_the_same_start_whatever_the_seed(make, game) -> None:
-    env = make(game, timer_div=0)
+def test_a_fixed_div_gives_the_same_start_whatever_the_seed(make_game_env, game) -> None:
+    env = make_game_env(game, timer_div=0)
     starts = {start(env, seed) for seed in SEEDS}
     assert starts == {(start(env, 0)[0], 0)}
-    other = make(game, timer_div=201)
+    other = make_game_env(game, timer_div=201)
     assert {start(other, seed)[1] for seed in SEEDS} == {201}
 
 
-def test_a_given_state_keeps_its_own_div(make) -> None:
-    env = make("odland")
+def test_a_given_state_keeps_its_own_div(make_game_env) -> None:
+    env = make_game_env("odland")
     state, div = start(env, 3)
     for seed in (4, 5, 6):
         env.reset(seed=seed, options={"state": state})
