@@ -171,7 +171,6 @@ def test_the_cli_accepts_local_rank_before_and_after_the_command(
 def test_gtr_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_processes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from mlflow import MlflowClient
 
     from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config, stage_gtr_train
 
@@ -184,19 +183,8 @@ def test_gtr_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_proc
     )
     with caplog.at_level(logging.INFO, logger="odyssey_core.recipes.gtr.pipeline"):
         out = stage_gtr_train(cfg)
-    streamed = [r.getMessage() for r in caplog.records if r.name.endswith("gtr.pipeline")]
-    assert any(line.startswith("[default1]:") for line in streamed)  # rank 1's output
-    assert out["steps"] == 2 and out["checkpoint"] == checkpoint_name(2)
-    train_dir = next((tmp_path / "run" / "train").glob("run-*"))
-    checkpoint = train_dir / "checkpoints" / checkpoint_name(2)
-    assert (checkpoint / "trainer_state.rank-00001.pt").is_file()
-    client = MlflowClient(cfg.mlflow_uri)
-    experiment = client.get_experiment_by_name(cfg.experiment)
-    (run,) = client.search_runs([experiment.experiment_id], "tags.`odyssey.stage` = 'train'")
-    history = client.get_metric_history(run.info.run_id, "rollout/turns")
-    assert [m.step for m in history] == [1, 2]  # every step, followed from metrics.jsonl
-    metrics = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["rollout/turns"] for m in metrics] == [m.value for m in history]
+    assert out["checkpoint"] == checkpoint_name(2)
+    check_two_rank_train_stage(cfg, out, caplog, "gtr.pipeline", "rollout/turns")
 
 
 def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_processes(
@@ -204,7 +192,6 @@ def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_pro
 ) -> None:
     """ESPO's train stage through the same door as GTR's: ``odyssey train --recipe espo``
     under torchrun, its metrics followed from rank 0's metrics.jsonl into the stage run."""
-    from mlflow import MlflowClient
 
     from odyssey_core.recipes.espo.pipeline import (
         load_espo_pipeline_config,
@@ -232,16 +219,27 @@ def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_pro
     )
     with caplog.at_level(logging.INFO, logger="odyssey_core.recipes.espo.pipeline"):
         out = stage_espo_train(cfg, stage_espo_data(cfg), None)
-    streamed = [r.getMessage() for r in caplog.records if r.name.endswith("espo.pipeline")]
+    check_two_rank_train_stage(cfg, out, caplog, "espo.pipeline", "espo/format_valid")
+
+
+def check_two_rank_train_stage(
+    cfg, out: dict, caplog: pytest.LogCaptureFixture, logger: str, metric: str
+) -> None:
+    """A two-step train stage that ran under torchrun with two ranks: rank 1's output streamed
+    into the stage's log, a trainer-state shard per rank in the last checkpoint, and ``metric``
+    followed from rank 0's metrics.jsonl into the stage's MLflow run at every step."""
+    from mlflow import MlflowClient
+
+    streamed = [r.getMessage() for r in caplog.records if r.name.endswith(logger)]
     assert any(line.startswith("[default1]:") for line in streamed)  # rank 1's output
     assert out["steps"] == 2
-    train_dir = next((tmp_path / "run" / "train").glob("run-*"))
+    train_dir = next((cfg.run_dir / "train").glob("run-*"))
     checkpoint = train_dir / "checkpoints" / checkpoint_name(2)
     assert (checkpoint / "trainer_state.rank-00001.pt").is_file()
     client = MlflowClient(cfg.mlflow_uri)
     experiment = client.get_experiment_by_name(cfg.experiment)
     (run,) = client.search_runs([experiment.experiment_id], "tags.`odyssey.stage` = 'train'")
-    history = client.get_metric_history(run.info.run_id, "espo/format_valid")
+    history = client.get_metric_history(run.info.run_id, metric)
     assert [m.step for m in history] == [1, 2]  # every step, followed from metrics.jsonl
     metrics = [json.loads(line) for line in (train_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [m["espo/format_valid"] for m in metrics] == [m.value for m in history]
+    assert [m[metric] for m in metrics] == [m.value for m in history]
