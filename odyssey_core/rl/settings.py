@@ -10,12 +10,28 @@ from typing import Literal
 
 from pydantic import Field
 
-from odyssey_core.config import StrictModel
+from odyssey_core.config import StrictModel, redefault
 from odyssey_core.models.loading import DTypeName
 
 
-class CriticSettings(StrictModel):
-    """The turn-level NatureCNN critic V(o_t) and its own optimiser (paper Appendix E.1)."""
+class OptimiserSettings(StrictModel):
+    """One network's AdamW optimiser and how a training step's batch feeds it: the knobs the
+    policy's section (``ppo:``) and the CNN critic's (``critic:``) share, declared once."""
+
+    lr: float = Field(default=1e-6, gt=0, description="the learning rate")
+    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
+    grad_clip: float = Field(default=1.0, gt=0, description="the gradient-norm clip")
+    epochs: int = Field(default=1, ge=1, description="passes over each training step's batch")
+    minibatch_size: int = Field(
+        default=256,
+        ge=1,
+        description="per optimiser step, in the sampler's unit (turns, or episodes)",
+    )
+
+
+class CriticSettings(OptimiserSettings):
+    """The turn-level NatureCNN critic V(o_t) and its own optimiser (paper Appendix E.1;
+    Table 7: weight decay 0.0, gradient clip 1.0, one optimisation epoch per step)."""
 
     input_height: int = Field(
         default=84,
@@ -42,15 +58,13 @@ class CriticSettings(StrictModel):
     smooth_l1_beta: float = Field(
         default=1.0, gt=0, description="SmoothL1 switch point, in scaled units"
     )
-    lr: float = Field(default=3e-4, gt=0, description="Table 7: learning rate 3e-4, constant")
-    weight_decay: float = Field(default=0.0, ge=0, description="Table 7: weight decay 0.0")
-    grad_clip: float = Field(default=1.0, gt=0, description="Table 7: gradient clip 1.0")
-    epochs: int = Field(default=1, ge=1, description="Table 7: 1 optimisation epoch per step")
-    minibatch_size: int = Field(
-        default=256,
-        ge=1,
-        description="turns per critic minibatch (not given in the tables); with update "
-        "'full_batch', the turns per forward/backward chunk the one gradient is summed over",
+    lr: float = redefault(OptimiserSettings, "lr", 3e-4, "Table 7: learning rate 3e-4, constant")
+    minibatch_size: int = redefault(
+        OptimiserSettings,
+        "minibatch_size",
+        256,
+        "turns per critic minibatch (not given in the tables); with update 'full_batch', the "
+        "turns per forward/backward chunk the one gradient is summed over",
     )
     update: Literal["minibatches", "full_batch"] = Field(
         default="minibatches",

@@ -24,7 +24,7 @@ from odyssey_core.models.lora import LoraSettings
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.rl.advantages import AdvantageSettings
-from odyssey_core.rl.settings import ModelSettings
+from odyssey_core.rl.settings import ModelSettings, OptimiserSettings
 
 __all__ = ["BaseModelRequiredError", "PPOSettings", "RolloutSettings", "TrainSettings"]
 
@@ -33,21 +33,12 @@ class BaseModelRequiredError(ValueError):
     """A preset that requires a base model has none; the message names the setting."""
 
 
-class PPOSettings(StrictModel):
+class PPOSettings(OptimiserSettings):
     """The clipped policy update and its AdamW optimiser (``ppo:``): the ratio of new to old
     probability is clipped to [1 - clip_low, 1 + clip_high]."""
 
     clip_low: float = Field(default=0.2, ge=0, lt=1, description="the ratio's clip below 1")
     clip_high: float = Field(default=0.2, ge=0, description="the ratio's clip above 1")
-    epochs: int = Field(default=1, ge=1, description="passes over each training step's batch")
-    minibatch_size: int = Field(
-        default=256,
-        ge=1,
-        description="per optimiser step, in the sampler's unit (turns, or episodes)",
-    )
-    lr: float = Field(default=1e-6, gt=0, description="the policy's learning rate")
-    weight_decay: float = Field(default=0.0, ge=0, description="AdamW weight decay")
-    grad_clip: float = Field(default=1.0, gt=0, description="gradient-norm clip of the policy")
     entropy_coef: float = Field(
         default=0.0,
         ge=0,
