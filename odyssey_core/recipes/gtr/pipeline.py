@@ -41,12 +41,20 @@ import math
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from odyssey_core.config import deep_merge, load_preset
 from odyssey_core.recipe import RECIPES, Evaluation
+from odyssey_core.recipes.gtr.corrector import (
+    NO_CORRECTOR,
+    build_corrector,
+    check_corrector,
+    describe_corrector,
+)
+from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
+from odyssey_core.recipes.gtr.settings import CorrectorChoice, load_gtr_settings
 from odyssey_core.stages import (
     PipelineSection,
     PromotionStage,
@@ -112,8 +120,10 @@ GTR_SFT_DEFAULTS: dict[str, Any] = {
 _SUMMARY_KEYS = ("episodes", "success_rate", "success_se", "mean_return", "return_se")
 
 
-class GTRSFTStage(PipelineSection):
+class GTRSFTStage(CorrectorChoice, PipelineSection):
     """The SFT initialisation before GTR (App. B): corrector-annotated episodes, one epoch."""
+
+    corrector_key: ClassVar[str] = "sft.corrector"
 
     enabled: bool = Field(default=True, description="false: RL starts from the base model")
     episodes: int = Field(default=1000, ge=1, description="card episodes played for the data")
@@ -133,28 +143,18 @@ class GTRSFTStage(PipelineSection):
         description="who annotates: the paper's SFT labels come from a task solver, i.e. the "
         "programmatic oracle; `{name: openai, ...}` asks a VLM instead",
     )
-    corrector_kwargs: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(
         default_factory=dict,
         description="SFTSettings fields over GTR_SFT_DEFAULTS (dtype, device and image size "
         "come from the training preset's model section)",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _corrector_mapping(cls, data: Any) -> Any:
-        from odyssey_core.recipes.gtr.corrector import split_corrector_spec
-
-        return split_corrector_spec(data)
-
     @model_validator(mode="after")
     def _check(self) -> GTRSFTStage:
-        from odyssey_core.recipes.gtr.corrector import NO_CORRECTOR, validate_corrector_kwargs
         from odyssey_core.sft.settings import SFTSettings
 
         if self.corrector == NO_CORRECTOR:
             raise ValueError("sft.corrector: the SFT data needs a corrector to annotate it")
-        validate_corrector_kwargs(self.corrector, self.corrector_kwargs, "sft.corrector")
         SFTSettings.model_validate(deep_merge(GTR_SFT_DEFAULTS, self.settings))
         return self
 
@@ -218,8 +218,6 @@ def load_gtr_pipeline_config(
 
 
 def _train_settings(cfg: GTRPipelineConfig) -> Any:
-    from odyssey_core.recipes.gtr.settings import load_gtr_settings
-
     return load_gtr_settings(cfg.train.preset, cfg.train.overrides)
 
 
@@ -236,15 +234,11 @@ def _serving(settings: Any) -> dict[str, Any]:
 
 
 def _corrector_of(settings: Any) -> dict[str, Any]:
-    from odyssey_core.recipes.gtr.corrector import describe_corrector
-
     r = settings.rollout
     return describe_corrector(r.corrector, r.corrector_kwargs)
 
 
 def _annotator(cfg: GTRPipelineConfig) -> dict[str, Any]:
-    from odyssey_core.recipes.gtr.corrector import describe_corrector
-
     return describe_corrector(cfg.sft.corrector, cfg.sft.corrector_kwargs)
 
 
@@ -295,8 +289,6 @@ def gtr_sft_settings(cfg: GTRPipelineConfig, settings: Any | None = None) -> Any
 def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -> dict[str, Any]:
     """Annotate card episodes with ``sft.corrector`` and fine-tune the base model on them;
     returns ``model_uri`` (the SFT model), ``base_model_uri``, ``dataset_uri`` and counts."""
-    from odyssey_core.recipes.gtr.corrector import build_corrector, check_corrector
-    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
     from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes, sft_game
     from odyssey_core.rl.policy import resolve_base_model
 
@@ -379,9 +371,6 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
     """GTR training with resume, after the SFT stage when ``sft.enabled``; returns
     ``checkpoint_uri`` (a plain model folder), ``base_model`` (the model before SFT and RL: a
     store URI for the built tiny model, else the configured local path) and ``sft_model``."""
-    from odyssey_core.recipes.gtr.corrector import check_corrector, describe_corrector
-    from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
-    from odyssey_core.recipes.gtr.settings import load_gtr_settings
     from odyssey_core.recipes.gtr.train import build_trainer
 
     settings = _train_settings(cfg)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from odyssey_core.config import StrictModel, load_preset, redefault
 from odyssey_core.models.lora import LoraSettings
@@ -30,6 +30,7 @@ from odyssey_core.rl.settings import CriticSettings
 from odyssey_core.rl.train_settings import PPOSettings, RolloutSettings, TrainSettings
 
 __all__ = [
+    "CorrectorChoice",
     "GTRAdvantageSettings",
     "GTRPPOSettings",
     "GTRRolloutSettings",
@@ -40,8 +41,32 @@ __all__ = [
 ]
 
 
-class GTRRolloutSettings(RolloutSettings):
+class CorrectorChoice(BaseModel):
+    """A section that names a corrector (``corrector``, a name in CORRECTORS or 'none') and its
+    arguments (``corrector_kwargs``): a preset may write either ``corrector: {name: openai,
+    model: gpt-4o, ...}`` or the two keys, and the arguments are checked against the
+    corrector's settings when the preset loads. ``corrector_key`` is the key errors name."""
+
+    corrector_key: ClassVar[str]
+
+    corrector: str
+    corrector_kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _corrector_mapping(cls, data: Any) -> Any:
+        return split_corrector_spec(data)
+
+    @model_validator(mode="after")
+    def _known_corrector(self) -> Self:
+        validate_corrector_kwargs(self.corrector, self.corrector_kwargs, self.corrector_key)
+        return self
+
+
+class GTRRolloutSettings(CorrectorChoice, RolloutSettings):
     """Turn collection: ``turns_per_step`` turns over ``n_envs`` envs that reset on their own."""
+
+    corrector_key: ClassVar[str] = "rollout.corrector"
 
     env: str = Field(default="cards-points24", description="a cards registry name")
     env_kwargs: dict[str, Any] = Field(default_factory=dict, description="e.g. max_steps")
@@ -68,16 +93,6 @@ class GTRRolloutSettings(RolloutSettings):
         "base_url, *_env variables, temperature 0.4, max_tokens 600, ...)",
     )
     rewards: GTRRewardConfig = GTRRewardConfig()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _corrector_mapping(cls, data: Any) -> Any:
-        return split_corrector_spec(data)
-
-    @model_validator(mode="after")
-    def _known_corrector(self) -> GTRRolloutSettings:
-        validate_corrector_kwargs(self.corrector, self.corrector_kwargs, "rollout.corrector")
-        return self
 
 
 class GTRAdvantageSettings(AdvantageSettings):
