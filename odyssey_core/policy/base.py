@@ -16,15 +16,27 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
 from odyssey_core.common.registry import Registry
 from odyssey_core.config import StrictModel
 from odyssey_core.envs.base import Observation
+from odyssey_core.protocol import get_system_prompt
 
-__all__ = ["BACKENDS", "Generation", "GenerationParams", "PolicyBackend", "make_policy"]
+if TYPE_CHECKING:
+    import numpy as np
+    from PIL import Image
+
+__all__ = [
+    "BACKENDS",
+    "Generation",
+    "GenerationParams",
+    "PolicyBackend",
+    "TurnPrompt",
+    "make_policy",
+]
 
 FinishReason = Literal["stop", "length"]
 
@@ -83,6 +95,36 @@ def turn_messages(
             "content": [image_part or {"type": "image"}, {"type": "text", "text": text}],
         },
     ]
+
+
+class TurnPrompt:
+    """What a turn's prompt is built from besides the observation: the system prompt and the
+    frame's resize. Every backend holds it, and so does SFT's prompt builder, so SFT, rollout
+    and serving prompts are built from the same three settings."""
+
+    system_prompt: str
+    image_scale: int | None
+    image_size: tuple[int, int] | None
+
+    def set_turn_prompt(
+        self,
+        game: str,
+        system_prompt: str | None,
+        image_scale: int | None,
+        image_size: tuple[int, int] | None,
+    ) -> None:
+        """``system_prompt``, or ``game``'s registered one when None, and the frame's resize
+        (see :func:`~odyssey_core.models.processor.prepare_frame`)."""
+        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
+        self.image_scale = image_scale
+        self.image_size = image_size
+
+    def prepare_image(self, image: np.ndarray | Image.Image) -> Image.Image:
+        """The frame as the prompt shows it, resized by ``image_scale`` / ``image_size``."""
+        # Deferred: the processor module imports transformers, which listing backends avoids.
+        from odyssey_core.models.processor import prepare_frame
+
+        return prepare_frame(image, self.image_scale, self.image_size)
 
 
 class PolicyBackend(ABC):

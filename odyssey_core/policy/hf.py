@@ -21,22 +21,26 @@ from PIL import Image
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.models.loading import ModelConfig, load_model, load_processor
-from odyssey_core.models.processor import prepare_frame
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt
+from odyssey_core.policy.base import (
+    Generation,
+    GenerationParams,
+    PolicyBackend,
+    TurnPrompt,
+    turn_messages,
+)
 
 __all__ = ["HFPolicy"]
 
 END_OF_TURN = "<|im_end|>"
 
 
-class HFPolicy(PolicyBackend):
+class HFPolicy(PolicyBackend, TurnPrompt):
     """Runs a local Qwen-VL checkpoint (Qwen3-VL or Qwen2.5-VL) with transformers.
 
     ``model`` is a checkpoint folder (loaded with :func:`load_model`/:func:`load_processor`)
     or an already loaded model, in which case ``processor`` is required too (e.g. a model
     wrapped with LoRA). Frames are resized by ``image_scale`` / ``image_size`` (see
-    :func:`prepare_frame`) before the processor sees them.
+    :func:`~odyssey_core.models.processor.prepare_frame`) before the processor sees them.
     """
 
     def __init__(
@@ -61,9 +65,7 @@ class HFPolicy(PolicyBackend):
             if processor is None:
                 raise ValueError("pass the processor together with an already loaded model")
             self.model, self.processor = model, processor
-        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
-        self.image_scale = image_scale
-        self.image_size = image_size
+        self.set_turn_prompt(game, system_prompt, image_scale, image_size)
 
         tokenizer = self.processor.tokenizer
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -126,7 +128,7 @@ class HFPolicy(PolicyBackend):
         return model.model
 
     def prepare_images(self, images: Sequence[np.ndarray | Image.Image]) -> list[Image.Image]:
-        return [prepare_frame(im, self.image_scale, self.image_size) for im in images]
+        return [self.prepare_image(im) for im in images]
 
     def messages(self, observation: Observation) -> list[dict[str, Any]]:
         """The chat for one turn: system prompt, then the frame and the task text."""

@@ -50,8 +50,13 @@ from PIL import Image
 from odyssey_core.common.images import encode_png
 from odyssey_core.common.redaction import redact_uri
 from odyssey_core.envs.base import Observation
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt
+from odyssey_core.policy.base import (
+    Generation,
+    GenerationParams,
+    PolicyBackend,
+    TurnPrompt,
+    turn_messages,
+)
 
 __all__ = [
     "OpenAIBackendError",
@@ -139,7 +144,7 @@ def encode_image_data_url(image: Image.Image | np.ndarray) -> str:
     return "data:image/png;base64," + base64.b64encode(encode_png(image)).decode("ascii")
 
 
-class OpenAIPolicy(PolicyBackend):
+class OpenAIPolicy(PolicyBackend, TurnPrompt):
     """Answers observations through an OpenAI-compatible ``/chat/completions`` endpoint.
 
     ``model`` is the served model name; ``base_url`` the API root (e.g.
@@ -183,9 +188,7 @@ class OpenAIPolicy(PolicyBackend):
         self.model = model
         self.base_url = base_url
         self.api_key_env = api_key_env
-        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
-        self.image_scale = image_scale
-        self.image_size = image_size
+        self.set_turn_prompt(game, system_prompt, image_scale, image_size)
         self.concurrency = concurrency
         self.timeout = timeout
         self.retry = retry or RetrySettings()
@@ -239,11 +242,7 @@ class OpenAIPolicy(PolicyBackend):
 
     # ----------------------------------------------------------------------------- prompts
     def image_url(self, observation: Observation) -> str:
-        from odyssey_core.models.processor import prepare_frame
-
-        return encode_image_data_url(
-            prepare_frame(observation.image, self.image_scale, self.image_size)
-        )
+        return encode_image_data_url(self.prepare_image(observation.image))
 
     def messages(self, observation: Observation) -> list[dict[str, Any]]:
         """System prompt, then the frame and the task text (the order HFPolicy uses)."""

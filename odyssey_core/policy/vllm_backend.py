@@ -33,8 +33,13 @@ from typing import Any
 import torch
 
 from odyssey_core.envs.base import Observation
-from odyssey_core.policy.base import Generation, GenerationParams, PolicyBackend, turn_messages
-from odyssey_core.protocol import get_system_prompt
+from odyssey_core.policy.base import (
+    Generation,
+    GenerationParams,
+    PolicyBackend,
+    TurnPrompt,
+    turn_messages,
+)
 
 __all__ = [
     "VLLM_INSTALL_HINT",
@@ -100,7 +105,7 @@ def sampling_kwargs(
     return {**kwargs, **(extra or {})}
 
 
-class VLLMPolicy(PolicyBackend):
+class VLLMPolicy(PolicyBackend, TurnPrompt):
     """Runs a local checkpoint on vLLM's offline engine.
 
     ``model`` is a checkpoint folder (or an already built ``vllm.LLM``). ``engine_kwargs`` go
@@ -140,9 +145,7 @@ class VLLMPolicy(PolicyBackend):
             self.llm = vllm.LLM(model=str(model), dtype=dtype, **settings)
         else:
             self.llm = model
-        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
-        self.image_scale = image_scale
-        self.image_size = image_size
+        self.set_turn_prompt(game, system_prompt, image_scale, image_size)
         self.logprobs = logprobs
         self.processor = processor
         self.sampling_extra = dict(sampling_extra or {})
@@ -197,8 +200,6 @@ class VLLMPolicy(PolicyBackend):
         self, observations: Sequence[Observation], params: GenerationParams | None = None
     ) -> list[Generation]:
         """One batched engine call; item ``i`` samples with ``seed + i``."""
-        from odyssey_core.models.processor import prepare_frame
-
         params = params or GenerationParams()
         observations = list(observations)
         if not observations:
@@ -208,9 +209,7 @@ class VLLMPolicy(PolicyBackend):
         prompts = [
             {
                 "prompt": text,
-                "multi_modal_data": {
-                    "image": prepare_frame(obs.image, self.image_scale, self.image_size)
-                },
+                "multi_modal_data": {"image": self.prepare_image(obs.image)},
             }
             for text, obs in zip(texts, observations, strict=True)
         ]

@@ -26,8 +26,8 @@ import torch
 from PIL import Image
 
 from odyssey_core.envs.base import Observation
+from odyssey_core.policy.base import TurnPrompt
 from odyssey_core.policy.hf import END_OF_TURN, HFPolicy
-from odyssey_core.protocol import get_system_prompt
 
 __all__ = [
     "IGNORE_INDEX",
@@ -133,7 +133,7 @@ class SFTDataset:
         return self.samples[index]
 
 
-class PromptBuilder:
+class PromptBuilder(TurnPrompt):
     """The policy's own prompt code, bound to a processor and one game's system prompt.
 
     ``HFPolicy`` builds prompts from ``self.processor``, ``self.system_prompt`` and the frame
@@ -155,9 +155,7 @@ class PromptBuilder:
         system_prompt: str | None = None,
     ) -> None:
         self.processor = processor
-        self.system_prompt = system_prompt if system_prompt is not None else get_system_prompt(game)
-        self.image_scale = image_scale
-        self.image_size = image_size
+        self.set_turn_prompt(game, system_prompt, image_scale, image_size)
 
 
 class SFTCollator:
