@@ -9,8 +9,10 @@ from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import numpy as np
 import pytest
 
+from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.games import (
     BlackjackEnv,
     EZPointsEnv,
@@ -26,6 +28,7 @@ from odyssey_core.recipes.gtr.corrector import (
     CorrectorConfigError,
     EpisodeMemory,
     OpenAICorrector,
+    StepToCorrect,
     build_corrector,
     check_corrector,
     claimed_formula,
@@ -528,8 +531,12 @@ def test_reports_name_the_corrector_and_whether_it_is_an_oracle() -> None:
 CARD_WORDS = ("card", "formula", "solve24", "24")
 
 
-def _prompt_text(info: dict[str, Any], thought: str = "t", action: str = "a") -> tuple[str, str]:
-    return corrector_system_prompt(info), corrector_query("the task", thought, action, info)
+def _step(info: dict[str, Any], text: str = "the task") -> StepToCorrect:
+    return StepToCorrect(Observation(np.zeros((4, 4, 3), np.uint8), text), "t", "a", info)
+
+
+def _prompt_text(info: dict[str, Any]) -> tuple[str, str]:
+    return corrector_system_prompt(info), corrector_query(_step(info))
 
 
 def test_each_card_game_has_its_own_corrector_prompt() -> None:
@@ -578,7 +585,7 @@ def test_the_alfworld_corrector_prompt_is_about_household_tasks(alfworld_heat: A
     assert not any(w in (system + query).lower() for w in CARD_WORDS)
     first = info["legal_actions"][0]
     _, _, _, _, info = alfworld_heat.step(f'"thoughts": "look", "action": "{first}"')
-    assert f"[Previous Actions] 1. {first}" in corrector_query("x", "t", "a", info)
+    assert f"[Previous Actions] 1. {first}" in corrector_query(_step(info, "x"))
 
 
 def test_the_openai_corrector_sends_alfworld_its_own_prompt(

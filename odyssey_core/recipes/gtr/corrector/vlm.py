@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import Any
 
 from odyssey_core.common.redaction import redact_uri
-from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.render import RANKS, card_value
 from odyssey_core.envs.cards.solver import ALL_OPERATORS, evaluate_tokens, solve, tokenize
 from odyssey_core.protocol.gtr_format import parse_gtr_response
@@ -264,27 +263,22 @@ class OpenAICorrector(JudgingCorrector):
         return out
 
     def messages(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        target_formula: str | None = None,
+        self, step: StepToCorrect, target_formula: str | None = None
     ) -> list[dict[str, Any]]:
         from odyssey_core.policy.openai_backend import encode_image_data_url
 
-        text = corrector_query(observation.text, thought, action, info, target_formula)
+        text = corrector_query(step, target_formula)
         image = {
             "type": "image_url",
-            "image_url": {"url": encode_image_data_url(observation.image)},
+            "image_url": {"url": encode_image_data_url(step.observation.image)},
         }
         return [
-            {"role": "system", "content": corrector_system_prompt(info)},
+            {"role": "system", "content": corrector_system_prompt(step.info)},
             {"role": "user", "content": [image, {"type": "text", "text": text}]},
         ]
 
     def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
-        observation, thought, action, info = step.observation, step.thought, step.action, step.info
+        thought, action, info = step.thought, step.action, step.info
         formula_game = info.get("game") in FORMULA_GAMES
         target = None
         if memory is not None and memory.target_formula and formula_game:
@@ -292,7 +286,7 @@ class OpenAICorrector(JudgingCorrector):
                 target = memory.target_formula
             else:  # the agent typed past it: the corrector picks a new one
                 memory.target_formula = None
-        messages = self.messages(observation, thought, action, info, target)
+        messages = self.messages(step, target)
         ops = tuple(info.get("operators", ALL_OPERATORS))
         tools = self.use_tools and formula_game
         result = None

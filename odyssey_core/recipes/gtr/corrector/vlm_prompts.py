@@ -16,11 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from odyssey_core.recipes.gtr.corrector.base import StepToCorrect
+
 __all__ = [
     "CORRECTOR_GAMES",
     "CORRECTOR_ROLE",
     "NOT_DETERMINED",
     "CorrectorPrompt",
+    "StepQuery",
     "corrector_prompt",
     "corrector_query",
     "corrector_system_prompt",
@@ -32,6 +35,9 @@ CORRECTOR_ROLE = (
     "You check and correct the reasoning of an agent that acts from pictures: judge its "
     "thought and action, then write the thought it should have had."
 )
+
+# The query lines of one step; the str is the target formula the corrections steer toward.
+StepQuery = Callable[[StepToCorrect, str | None], list[str]]
 
 _TITLES = {"points24": "Points24 (the 24-point card game)", "ezpoints": "EZPoints"}
 
@@ -93,14 +99,12 @@ _FORMULA_QUESTIONS = (
 )
 
 
-def _formula_query(
-    text: str, thought: str | None, action: str | None, info: Mapping[str, Any], target: str | None
-) -> list[str]:
+def _formula_query(step: StepToCorrect, target: str | None) -> list[str]:
     return [
-        f"Task: {text}",
-        f"[Current Formula] '{info.get('formula', '')}'",
-        f"[Thought] {thought or '(none)'}",
-        f"[Action] {action}",
+        f"Task: {step.observation.text}",
+        f"[Current Formula] '{step.info.get('formula', '')}'",
+        f"[Thought] {step.thought or '(none)'}",
+        f"[Action] {step.action}",
         f"[Target Formula] {target or NOT_DETERMINED}",
         _FORMULA_QUESTIONS,
     ]
@@ -135,20 +139,12 @@ _NUMBERLINE_QUESTIONS = (
 )
 
 
-def _plain_query(
-    questions: str,
-) -> Callable[[str, str | None, str | None, Mapping[str, Any], str | None], list[str]]:
-    def query(
-        text: str,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        target: str | None,
-    ) -> list[str]:
+def _plain_query(questions: str) -> StepQuery:
+    def query(step: StepToCorrect, target: str | None) -> list[str]:
         return [
-            f"Task: {text}",
-            f"[Thought] {thought or '(none)'}",
-            f"[Action] {action}",
+            f"Task: {step.observation.text}",
+            f"[Thought] {step.thought or '(none)'}",
+            f"[Action] {step.action}",
             questions,
         ]
 
@@ -224,17 +220,15 @@ _ALFWORLD_QUESTIONS = (
 )
 
 
-def _alfworld_query(
-    text: str, thought: str | None, action: str | None, info: Mapping[str, Any], target: str | None
-) -> list[str]:
-    history = [str(a) for a in info.get("history", ())]
+def _alfworld_query(step: StepToCorrect, target: str | None) -> list[str]:
+    history = [str(a) for a in step.info.get("history", ())]
     done = "; ".join(f"{i + 1}. {a}" for i, a in enumerate(history)) or "none yet"
     return [
-        f"[Task] {info.get('task') or text}",
+        f"[Task] {step.info.get('task') or step.observation.text}",
         f"[Previous Actions] {done}",
-        f"[Admissible Actions] {', '.join(_legal(info))}",
-        f"[Thought] {thought or '(none)'}",
-        f"[Action] {action}",
+        f"[Admissible Actions] {', '.join(_legal(step.info))}",
+        f"[Thought] {step.thought or '(none)'}",
+        f"[Action] {step.action}",
         _ALFWORLD_QUESTIONS,
     ]
 
@@ -247,7 +241,7 @@ class CorrectorPrompt:
     """One game's corrector prompt: its system part and the query of one step."""
 
     system: Callable[[Mapping[str, Any]], str]
-    query: Callable[[str, str | None, str | None, Mapping[str, Any], str | None], list[str]]
+    query: StepQuery
 
 
 CORRECTOR_GAMES: dict[str, CorrectorPrompt] = {
@@ -276,13 +270,7 @@ def corrector_system_prompt(info: Mapping[str, Any]) -> str:
     return corrector_prompt(info).system(info)
 
 
-def corrector_query(
-    text: str,
-    thought: str | None,
-    action: str | None,
-    info: Mapping[str, Any],
-    target_formula: str | None = None,
-) -> str:
+def corrector_query(step: StepToCorrect, target_formula: str | None = None) -> str:
     """The query of one step: its state, the agent's thought and action, the questions and
-    the reply format (``text``: the agent's observation text)."""
-    return "\n".join(corrector_prompt(info).query(text, thought, action, info, target_formula))
+    the reply format."""
+    return "\n".join(corrector_prompt(step.info).query(step, target_formula))
