@@ -42,7 +42,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from PIL import Image
@@ -59,6 +59,7 @@ from odyssey_core.policy.base import (
 )
 
 __all__ = [
+    "EndpointOptions",
     "OpenAIBackendError",
     "OpenAIPolicy",
     "RetrySettings",
@@ -142,6 +143,17 @@ def parse_retry_after(headers: Any, now: float | None = None) -> float | None:
 def encode_image_data_url(image: Image.Image | np.ndarray) -> str:
     """A lossless ``data:image/png;base64,...`` URL (PNG, so the server sees exact pixels)."""
     return "data:image/png;base64," + base64.b64encode(encode_png(image)).decode("ascii")
+
+
+class EndpointOptions(TypedDict, total=False):
+    """How an :class:`OpenAIPolicy` reaches its server and retries, for a caller that builds
+    one and passes these through unchanged (their defaults are ``OpenAIPolicy``'s)."""
+
+    api_key_env: str | None
+    timeout: float
+    retry: RetrySettings | None
+    client: Any
+    sleep: Callable[[float], None]
 
 
 class OpenAIPolicy(PolicyBackend, TurnPrompt):

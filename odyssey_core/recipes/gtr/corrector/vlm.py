@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Unpack
 
 from odyssey_core.common.redaction import redact_uri
 from odyssey_core.envs.cards.render import RANKS, card_value
 from odyssey_core.envs.cards.solver import ALL_OPERATORS, evaluate_tokens, solve, tokenize
+from odyssey_core.policy.openai_backend import EndpointOptions, OpenAIPolicy, encode_image_data_url
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.recipes.gtr.corrector.base import (
     FORMULA_GAMES,
@@ -197,7 +197,8 @@ class OpenAICorrector(JudgingCorrector):
     """A VLM corrector behind any OpenAI-compatible endpoint, with a ``solve24`` tool.
 
     Requests go through :class:`~odyssey_core.policy.openai_backend.OpenAIPolicy`'s retry
-    loop (backoff, ``Retry-After``, clear 401/404 errors). ``max_tool_rounds`` bounds how many
+    loop (backoff, ``Retry-After``, clear 401/404 errors); ``endpoint`` (the key's variable,
+    timeout, retry settings, a client) goes to it as given. ``max_tool_rounds`` bounds how many
     times the model may call the tool per correction. With an :class:`EpisodeMemory`, the
     target formula one step's answer settles on is handed to the next steps of the episode
     (App. C's "[Target Formula]"), as long as the typed formula can still become it.
@@ -211,18 +212,12 @@ class OpenAICorrector(JudgingCorrector):
         base_url: str | None = None,
         api_key: str | None = None,
         *,
-        api_key_env: str | None = "OPENAI_API_KEY",
         temperature: float = 0.4,  # GTR Table 2: corrector temperature
         max_tokens: int = 600,  # GTR Table 2: corrector max text length
         max_tool_rounds: int = 3,
         use_tools: bool = True,
-        timeout: float = 120.0,
-        retry: Any = None,
-        client: Any = None,
-        sleep: Callable[[float], None] = time.sleep,
+        **endpoint: Unpack[EndpointOptions],
     ) -> None:
-        from odyssey_core.policy.openai_backend import OpenAIPolicy
-
         super().__init__()
         self.model = model
         self.temperature = temperature
@@ -230,16 +225,7 @@ class OpenAICorrector(JudgingCorrector):
         self.max_tool_rounds = max_tool_rounds
         self.use_tools = use_tools
         self._http = OpenAIPolicy(
-            model,
-            base_url,
-            api_key,
-            api_key_env=api_key_env,
-            system_prompt=CORRECTOR_ROLE,
-            timeout=timeout,
-            retry=retry,
-            client=client,
-            sleep=sleep,
-            concurrency=1,
+            model, base_url, api_key, system_prompt=CORRECTOR_ROLE, concurrency=1, **endpoint
         )
 
     def __repr__(self) -> str:
@@ -265,8 +251,6 @@ class OpenAICorrector(JudgingCorrector):
     def messages(
         self, step: StepToCorrect, target_formula: str | None = None
     ) -> list[dict[str, Any]]:
-        from odyssey_core.policy.openai_backend import encode_image_data_url
-
         text = corrector_query(step, target_formula)
         image = {
             "type": "image_url",
