@@ -1,10 +1,11 @@
 """The phone-app model: an immutable :class:`AppState` and the screens and transitions of
 :class:`PersonaApp`.
 
-Screens: ``home`` (the five app icons), ``search`` (the app's form: typed fields and a date
-field that opens a date sheet), ``results`` (the matching items, six rows a page, a filter
-button that opens a chip sheet) and ``detail`` (one item's card; on the trip's flight a book
-button). A pop-up may cover a screen the first time it is entered; ``exit`` or its close
+Screens: ``home`` (the five app icons), ``search`` (the app's form: typed fields, a date
+field that opens a date sheet, fields the app fills from the user's profile), ``results`` (the
+matching items, eight rows a page, a filter button that opens a chip sheet where the app has
+filters) and ``detail`` (one item's card; in a trip's app before the last a book button).
+A pop-up may cover a screen the first time it is entered; ``exit`` or its close
 control dismisses it.
 
 Transitions are pure: ``apply(state, action)`` returns a new state. A click resolves through
@@ -16,6 +17,8 @@ Commands (``verb:argument``): ``app:<channel>``, ``back``, ``focus:<slot>``, ``d
 ``pick:<slot>:<value>``, ``search``, ``filters``, ``chip:<slot>:<value>`` (toggles),
 ``close``, ``item:<id>``, ``book:<id>`` (booking a flight fills the hotel search with its
 destination and date).
+
+The first state has every prefilled field (:attr:`Slot.prefilled`) holding the user's value.
 
 Layout is drawn on a 448 x 896 design grid and scaled to the screen, so every box is an exact
 integer box inside the screen at any size.
@@ -40,11 +43,20 @@ from odyssey_core.envs.persona.screen import Box, Element, Screen
 from odyssey_core.envs.persona.users import User
 from odyssey_core.protocol.gui import GuiAction
 
-__all__ = ["DESIGN_SIZE", "ROWS_PER_PAGE", "SCROLL_ROWS", "AppState", "PersonaApp", "slug"]
+__all__ = [
+    "DESIGN_SIZE",
+    "ROWS_PER_PAGE",
+    "ROW_PITCH",
+    "SCROLL_ROWS",
+    "AppState",
+    "PersonaApp",
+    "slug",
+]
 
 DESIGN_SIZE: tuple[int, int] = (448, 896)  # the grid every layout below is written on
-ROWS_PER_PAGE = 6
-SCROLL_ROWS = 3  # a scroll moves half a page
+ROWS_PER_PAGE = 8  # a page holds the largest cell (movie showings: up to 8)
+SCROLL_ROWS = 4  # a scroll moves half a page
+ROW_PITCH = 84  # design units from one result row to the next
 SCREENS: tuple[str, ...] = ("home", "search", "results", "detail")
 CACHE_SIZE = 256
 
@@ -169,7 +181,13 @@ class PersonaApp:
         return self._items[item_id]
 
     def initial_state(self) -> AppState:
-        return AppState()
+        """The home screen, every prefilled field holding the user's value."""
+        state = AppState()
+        for app in self.user.apps:
+            for slot in CHANNEL_SPECS[app].form:
+                if slot.prefilled:
+                    state = state.with_field(app, slot.name, self.user.wants[app][slot.name])
+        return state
 
     def results(self, state: AppState) -> list[Item]:
         """Every item the open app lists for its current form and chips, in listing order."""
@@ -312,7 +330,9 @@ class PersonaApp:
             out.append(Element(f"app-{app}", "button", box, CHANNEL_SPECS[app].title, f"app:{app}"))
         if state.booked:
             names = ", ".join(self.item(i).name for i in state.booked)
-            text = f"Trip: {names} booked. Now find a place to stay."
+            apps = self.user.apps
+            following = apps[min(len(state.booked), len(apps) - 1)]
+            text = f"Trip: {names} booked. Now find {CHANNEL_SPECS[following].noun}."
             out.append(Element("banner", "text", g.box(24, 470, 423, 549), text))
         return out
 
@@ -355,16 +375,17 @@ class PersonaApp:
         summary = f"{', '.join(q for q in query if q) or 'Everything'} - {len(results)} {spec.noun}"
         chips = [(s.label, state.chip(spec.name, s.name)) for s in spec.filters]
         active = ", ".join(f"{label}: {c}" for label, c in chips if c) or "No filters"
-        out = [
-            Element("summary", "text", g.box(16, 90, 431, 121), summary),
-            Element("filters", "button", g.box(16, 128, 151, 175), "Filters", "filters"),
-            Element("active", "text", g.box(164, 128, 431, 175), active),
-        ]
+        out = [Element("summary", "text", g.box(16, 90, 431, 121), summary)]
+        if spec.filters:
+            out += [
+                Element("filters", "button", g.box(16, 128, 151, 175), "Filters", "filters"),
+                Element("active", "text", g.box(164, 128, 431, 175), active),
+            ]
         page = results[state.scroll : state.scroll + ROWS_PER_PAGE]
         for r, item in enumerate(page):
-            y = 188 + 112 * r
+            y = 188 + ROW_PITCH * r
             text = f"{item.name}\n{item_lines(item)[0]}"
-            box = g.box(16, y, 431, y + 103)
+            box = g.box(16, y, 431, y + ROW_PITCH - 9)
             out.append(Element(f"row-{item.id}", "list_item", box, text, f"item:{item.id}"))
         if page:
             where = f"Showing {state.scroll + 1}-{state.scroll + len(page)} of {len(results)}"

@@ -1,16 +1,20 @@
 """The generated world's channels and their item catalogues.
 
 Five apps (``food``, ``hotel``, ``flight``, ``movie``, ``medicine``) each sell one kind of
-item; the sixth channel, ``travel``, is a two-app trip (book a flight, then find a hotel at
-the destination). A :class:`ChannelSpec` lists an app's *slots*: the search form's fields
-(typed text or a picked date) and the filter sheet's chip groups. Every slot that filters has
+item; two more channels are multi-app trips (:data:`CHANNEL_APPS`): ``travel`` books a flight,
+then finds a hotel at the destination (SmartSpot's travel 1), ``travel_dining`` books a hotel,
+then finds dinner (travel 2). A :class:`ChannelSpec` lists an app's *slots*: the search form's
+fields (typed text, a picked date, or a field the app fills from the user's profile) and the
+filter sheet's chip groups. Every slot that filters has
 an item attribute of the same name holding the chip value or the typed value, so matching an
 item against a slot is one string comparison; the other attributes (price, rating, distance
 ...) are what the implicit preferences of :mod:`~odyssey_core.envs.persona.users` rank by.
 
 Catalogues are generated from a seed with :class:`random.Random` (never the global one): for
-every combination of the filtering slots' values there are 3 to 5 items, so any fully
-specified search shows one page of results.
+every combination of the filtering slots' values there are :attr:`ChannelSpec.items_per_cell`
+items (4 to 7, at most a page), so any fully specified search shows one page of results. The
+apps' forms and filters are sized so a demonstration takes about as many GUI steps as
+SmartSpot's channel, and the cells so its pool holds about as many items.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 __all__ = [
     "APP_CHANNELS",
     "CHANNELS",
+    "CHANNEL_APPS",
     "CHANNEL_SPECS",
     "DATES",
     "TRAVEL_APPS",
@@ -36,14 +41,19 @@ __all__ = [
 ]
 
 APP_CHANNELS: tuple[str, ...] = ("food", "hotel", "flight", "movie", "medicine")
-CHANNELS: tuple[str, ...] = (*APP_CHANNELS, "travel")
-TRAVEL_APPS: tuple[str, ...] = ("flight", "hotel")  # the trip's apps, in the order they are used
+#: the multi-app channels and their apps, in the order they are used (the last holds the pool)
+CHANNEL_APPS: dict[str, tuple[str, ...]] = {
+    "travel": ("flight", "hotel"),
+    "travel_dining": ("hotel", "food"),
+}
+CHANNELS: tuple[str, ...] = (*APP_CHANNELS, *CHANNEL_APPS)
+TRAVEL_APPS: tuple[str, ...] = CHANNEL_APPS["travel"]
 
 #: the days a date picker offers (the app's "today" is June 1)
 DATES: tuple[str, ...] = tuple(f"Jun {day}" for day in range(2, 23))
 CITIES: tuple[str, ...] = ("Paris", "Tokyo", "New York", "Sydney", "Rome", "Berlin", "Lisbon")
 ORIGINS: tuple[str, ...] = ("London", "Chicago", "Singapore")
-ITEMS_PER_CELL: tuple[int, int] = (3, 5)  # items per combination of filtering values
+AGES: tuple[str, ...] = ("adult", "child")
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class Slot:
     kind: str  # "text" (typed), "date" (picked in a date sheet) or "choice" (filter chips)
     values: tuple[str, ...]  # the values users want (the chips, for a choice slot)
     filters: bool = True  # False: entered on the form but constrains no item (a date)
+    prefilled: bool = False  # the app fills it from the user's profile (the home airport)
 
 
 @dataclass(frozen=True)
@@ -64,6 +75,9 @@ class ChannelSpec:
     noun: str  # what its results are ("hotels")
     form: tuple[Slot, ...]
     filters: tuple[Slot, ...]
+    # drawn uniformly for each cell: SmartSpot's mean recommend steps (4 or 7 a pool; flight's
+    # 4.5 and medicine's 4.2 as a mix)
+    items_per_cell: tuple[int, ...] = (4,)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -87,18 +101,13 @@ def _choice(name: str, label: str, values: tuple[str, ...]) -> Slot:
 _DATE = Slot("date", "Date", "date", DATES, filters=False)
 
 CHANNEL_SPECS: dict[str, ChannelSpec] = {
-    "food": ChannelSpec(
+    "food": ChannelSpec(  # delivers to the user's saved address
         "food",
         "Food",
         "restaurants",
-        form=(
-            _text("cuisine", "Craving", ("pizza", "sushi", "curry", "ramen", "falafel")),
-            _text("city", "Deliver to", CITIES),
-        ),
-        filters=(
-            _choice("price", "Price", ("cheap", "moderate", "upscale")),
-            _choice("service", "Service", ("delivery", "pickup")),
-        ),
+        form=(_text("cuisine", "Craving", ("pizza", "sushi", "curry", "ramen", "falafel")),),
+        filters=(_choice("price", "Price", ("cheap", "moderate", "upscale")),),
+        items_per_cell=(4,),
     ),
     "hotel": ChannelSpec(
         "hotel",
@@ -109,38 +118,46 @@ CHANNEL_SPECS: dict[str, ChannelSpec] = {
             _choice("stars", "Stars", ("3", "4", "5")),
             _choice("price", "Price", ("budget", "mid", "luxury")),
         ),
+        items_per_cell=(4,),
     ),
     "flight": ChannelSpec(
         "flight",
         "Flights",
         "flights",
-        form=(_text("origin", "From", ORIGINS), _text("destination", "To", CITIES), _DATE),
-        filters=(
-            _choice("stops", "Stops", ("nonstop", "1 stop")),
-            _choice("departs", "Departs", ("morning", "afternoon", "evening")),
+        form=(
+            Slot("origin", "From", "text", ORIGINS, prefilled=True),
+            _text("destination", "To", CITIES),
+            _DATE,
         ),
+        filters=(_choice("stops", "Stops", ("nonstop", "1 stop")),),
+        items_per_cell=(4, 5),
     ),
-    "movie": ChannelSpec(
+    "movie": ChannelSpec(  # today's showings
         "movie",
         "Movies",
         "showings",
-        form=(_text("city", "City", CITIES), _DATE),
+        form=(_text("city", "City", CITIES),),
         filters=(
             _choice("genre", "Genre", ("action", "comedy", "drama", "animation")),
             _choice("show", "Show", ("afternoon", "evening")),
         ),
+        items_per_cell=(7,),
     ),
     "medicine": ChannelSpec(
         "medicine",
         "Pharmacy",
         "products",
-        form=(_text("symptom", "Symptom", ("cold", "headache", "allergy", "cough", "heartburn")),),
-        filters=(
-            _choice("form", "Form", ("tablet", "capsule", "syrup", "spray")),
-            _choice("age", "For", ("adult", "child")),
+        form=(
+            _text("symptom", "Symptom", ("cold", "headache", "allergy", "cough", "heartburn")),
+            _text("age", "For (adult or child)", AGES),
         ),
+        filters=(),
+        items_per_cell=(4, 4, 4, 4, 5),
     ),
 }
+
+#: the most items one cell has: a fully specified search fits on one page of results
+MAX_ITEMS_PER_CELL = max(max(spec.items_per_cell) for spec in CHANNEL_SPECS.values())
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,7 @@ _BAND_PRICES = {  # chip value -> price range in dollars
     "upscale": (26, 60),
 }
 _DEPART_MINUTES = {"morning": (300, 719), "afternoon": (720, 1019), "evening": (1020, 1380)}
+_FORMS = ("tablet", "capsule", "syrup", "spray")
 _SHOW_MINUTES = {"afternoon": (720, 1019), "evening": (1020, 1320)}
 
 
@@ -223,10 +241,12 @@ def _hotel(rng: random.Random, cell: dict[str, str]) -> tuple[str, dict[str, Any
 
 def _flight(rng: random.Random, cell: dict[str, str]) -> tuple[str, dict[str, Any]]:
     airline = rng.choice(_AIRLINES)
-    minutes = 5 * (rng.randint(*_DEPART_MINUTES[cell["departs"]]) // 5)
+    departs = rng.choice(tuple(_DEPART_MINUTES))
+    minutes = 5 * (rng.randint(*_DEPART_MINUTES[departs]) // 5)
     base = rng.randint(380, 760) if cell["stops"] == "nonstop" else rng.randint(260, 600)
     attrs = {
         "airline": airline,
+        "departs": departs,
         "time": _clock(minutes),
         "minutes": minutes,
         "duration": rng.randint(300, 780) + (0 if cell["stops"] == "nonstop" else 150),
@@ -241,7 +261,7 @@ def _food(rng: random.Random, cell: dict[str, str]) -> tuple[str, dict[str, Any]
     attrs = {
         "cost": rng.randint(lo, hi),
         "rating": round(rng.uniform(3.2, 4.9), 1),
-        "eta": rng.randint(15, 60) if cell["service"] == "delivery" else rng.randint(10, 30),
+        "eta": rng.randint(15, 60),
         "distance": round(rng.uniform(0.3, 6.0), 1),
     }
     return f"{_name(rng, _RESTAURANT_WORDS)} {cell['cuisine'].title()}", attrs
@@ -261,15 +281,17 @@ def _movie(rng: random.Random, cell: dict[str, str]) -> tuple[str, dict[str, Any
 
 def _medicine(rng: random.Random, cell: dict[str, str]) -> tuple[str, dict[str, Any]]:
     brand = rng.choice(_BRANDS)
-    unit = "ml" if cell["form"] == "syrup" else "doses"
+    form = "syrup" if cell["age"] == "child" and rng.random() < 0.5 else rng.choice(_FORMS)
+    unit = "ml" if form == "syrup" else "doses"
     attrs = {
         "brand": brand,
+        "form": form,
         "price": round(rng.uniform(3.5, 24.0), 2),
         "rating": round(rng.uniform(3.0, 4.9), 1),
         "pack": rng.choice((100, 150, 200)) if unit == "ml" else rng.choice((10, 20, 30, 60)),
         "unit": unit,
     }
-    return f"{brand} {cell['symptom'].title()} {cell['form'].title()}", attrs
+    return f"{brand} {cell['symptom'].title()} {form.title()}", attrs
 
 
 _ID_PREFIX = {"food": "FD", "hotel": "HT", "flight": "FL", "movie": "MV", "medicine": "MD"}
@@ -286,7 +308,8 @@ _MAKERS = {
 def catalog(channel: str, seed: int) -> tuple[Item, ...]:
     """Every item of an app, in the app's own listing order (seeded, shuffled).
 
-    For each combination of the values of the app's filtering slots there are 3 to 5 items.
+    For each combination of the values of the app's filtering slots there are
+    :attr:`ChannelSpec.items_per_cell` items (one drawn uniformly).
     """
     if channel not in CHANNEL_SPECS:
         raise ValueError(f"no app for channel {channel!r}; apps: {APP_CHANNELS}")
@@ -296,7 +319,7 @@ def catalog(channel: str, seed: int) -> tuple[Item, ...]:
     items: list[Item] = []
     for values in itertools.product(*(s.values for s in filtering)):
         cell = dict(zip((s.name for s in filtering), values, strict=True))
-        for _ in range(rng.randint(*ITEMS_PER_CELL)):
+        for _ in range(rng.choice(spec.items_per_cell)):
             name, extra = _MAKERS[channel](rng, cell)
             attrs = {**cell, **extra}
             items.append(Item("", channel, name, tuple(sorted(attrs.items()))))
@@ -330,8 +353,8 @@ def item_lines(item: Item) -> tuple[str, ...]:
     if item.channel == "food":
         return (
             f"{a['rating']} stars - ${a['cost']} per person - {a['eta']} min",
-            f"{a['cuisine'].capitalize()} in {a['city']}, {a['distance']} km away",
-            f"{a['service'].capitalize()}, {a['price']} prices",
+            f"{a['cuisine'].capitalize()}, {a['distance']} km away",
+            f"Delivery, {a['price']} prices",
         )
     if item.channel == "movie":
         return (

@@ -5,10 +5,13 @@ the app (:class:`PersonaApp`) and records the demonstrator's episode. Every epis
 own seeded :class:`random.Random` (from the seed, the channel and its number), so dropping a
 channel leaves the other episodes as they were. Presets (:data:`PRESETS`):
 
-* ``tiny``: two episodes per channel (12), 224 x 448 screens, for the CPU and CI;
-* ``smartspot_like``: 122 episodes (food and hotel 21, the others 20) on 448 x 896 screens,
-  about 16 steps an episode; ``drop_channel="travel"`` (or any 20-episode channel) leaves
-  the paper's 102.
+* ``tiny``: two episodes per channel (14), 224 x 448 screens, for the CPU and CI;
+* ``smartspot_like``: SmartSpot's 122 episodes (food, hotel, flight, movie and medicine 20
+  each, the two travel scenarios 12 and 10) on 448 x 896 screens, each channel within 15% of
+  SmartSpot's per-episode GUI steps, recommend steps and instruction and intent lengths
+  (:mod:`~odyssey_core.envs.persona.statistics`); 1,940 steps with seed 0.
+  ``exclude_channels=("medicine",)`` leaves 102 episodes and 1,709 steps, the paper's 102
+  and 1,713 (the paper does not say which 20 it left out; without food: 1,690 steps).
 
 Splits are 8:1:1 by episode (:func:`assign_splits`), spread over the channels. Where several
 moves are optimal the gold action is the demonstrator's first (a field is focused, then typed
@@ -104,10 +107,12 @@ class DatasetPreset:
     episodes_per_channel: dict[str, int]
     width: int
     height: int
-    detour_p: float = 0.15  # chance of a detour at each search step
+    detour_p: float = 0.1  # chance of a detour at each search step
     max_detours: int = 2
-    popup_p: float = 0.3  # chance that an episode has a pop-up
-    ambiguity_weights: tuple[float, ...] = (0.2, 0.4, 0.4)  # over AMBIGUITY_LEVELS
+    popup_p: float = 0.2  # chance that an episode has a pop-up
+    # over AMBIGUITY_LEVELS: every request leaves something implicit, as SmartSpot's do; a
+    # positive first weight adds fully specified requests
+    ambiguity_weights: tuple[float, ...] = (0.0, 0.5, 0.5)
     # chance that a field is typed into without the click that focuses it (both are optimal):
     # 0 makes the demonstrated (gold) action the demonstrator's first optimal move, so a step
     # reward and Step SR never score a coin flip
@@ -119,7 +124,15 @@ PRESETS: dict[str, DatasetPreset] = {
     "tiny": DatasetPreset("tiny", dict.fromkeys(CHANNELS, 2), 224, 448),
     "smartspot_like": DatasetPreset(
         "smartspot_like",
-        {"food": 21, "hotel": 21, "flight": 20, "movie": 20, "medicine": 20, "travel": 20},
+        {
+            "food": 20,
+            "hotel": 20,
+            "flight": 20,
+            "movie": 20,
+            "medicine": 20,
+            "travel": 12,
+            "travel_dining": 10,
+        },
         448,
         896,
     ),
@@ -145,18 +158,26 @@ def assign_splits(
 
 
 def generate_episodes(
-    preset: str | DatasetPreset = "tiny", seed: int = 0, *, drop_channel: str | None = None
+    preset: str | DatasetPreset = "tiny",
+    seed: int = 0,
+    *,
+    drop_channel: str | None = None,
+    exclude_channels: Sequence[str] = (),
 ) -> list[EpisodeRecord]:
-    """The preset's episodes from ``seed`` (records only; :func:`write_dataset` renders)."""
+    """The preset's episodes from ``seed`` (records only; :func:`write_dataset` renders),
+    without the channels in ``exclude_channels`` (``drop_channel``: one more)."""
     p = PRESETS[preset] if isinstance(preset, str) else preset
-    if drop_channel is not None and drop_channel not in p.episodes_per_channel:
+    excluded = {*exclude_channels, *([drop_channel] if drop_channel is not None else [])}
+    unknown = sorted(excluded - set(p.episodes_per_channel))
+    if unknown:
         raise ValueError(
-            f"cannot drop {drop_channel!r}: the preset has {list(p.episodes_per_channel)}"
+            f"cannot drop {', '.join(map(repr, unknown))}: the preset has "
+            f"{list(p.episodes_per_channel)}"
         )
     plan = [
         (channel, k)
         for channel, count in p.episodes_per_channel.items()
-        if channel != drop_channel
+        if channel not in excluded
         for k in range(count)
     ]
     splits = assign_splits([channel for channel, _ in plan])

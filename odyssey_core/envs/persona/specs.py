@@ -12,7 +12,15 @@ __all__ = ["PERSONA_CHANNELS", "PERSONA_ENVS"]
 ENTRY_POINT = "odyssey_core.envs.persona.env:PersonaEnv"
 # the channels of odyssey_core.envs.persona.catalog.CHANNELS, written out so that reading
 # this table imports nothing
-PERSONA_CHANNELS: tuple[str, ...] = ("food", "hotel", "flight", "movie", "medicine", "travel")
+PERSONA_CHANNELS: tuple[str, ...] = (
+    "food",
+    "hotel",
+    "flight",
+    "movie",
+    "medicine",
+    "travel",
+    "travel_dining",
+)
 
 PERSONA_ENVS: tuple[EnvSpec, ...] = (
     EnvSpec(

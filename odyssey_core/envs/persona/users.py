@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from odyssey_core.envs.persona.catalog import (
+    CHANNEL_APPS,
     CHANNEL_SPECS,
     CHANNELS,
     DATES,
-    TRAVEL_APPS,
     Item,
     matches,
 )
@@ -80,18 +80,19 @@ class Preference:
 class Archetype:
     name: str
     app: str
-    choices: dict[str, tuple[str, ...]]  # filter slot -> the chip values this kind of user picks
+    choices: dict[str, tuple[str, ...]]  # slot -> the values this kind of user picks
     preference: Preference
     hints: tuple[str, ...]  # fits after "I'm ": how the user gives themselves away
+    person: str  # how the intent names them ("a busy parent")
 
 
 @dataclass(frozen=True)
 class TravelArchetype:
-    """A two-app trip: the flight and the hotel archetypes one traveller combines."""
+    """A multi-app trip: the archetype one traveller is in each app of the trip."""
 
     name: str
-    flight: str
-    hotel: str
+    person: str  # how the intent names them ("a business traveller")
+    apps: dict[str, str]  # app -> the archetype's name in that app
     hints: tuple[str, ...]
 
 
@@ -107,8 +108,11 @@ def _archetype(
     terms: Sequence[tuple[str, float]],
     phrase: str,
     hints: Sequence[str],
+    person: str | None = None,
 ) -> Archetype:
-    return Archetype(name, app, choices, Preference(tuple(terms), phrase), tuple(hints))
+    return Archetype(
+        name, app, choices, Preference(tuple(terms), phrase), tuple(hints), person or f"a {name}"
+    )
 
 
 ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
@@ -142,7 +146,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "budget traveller",
             "flight",
-            {"stops": ("1 stop",), "departs": ("morning", "afternoon", "evening")},
+            {"stops": ("1 stop",)},
             [("fare", -1.0)],
             "the lowest fare",
             _BUDGET_HINTS,
@@ -150,7 +154,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "business traveller",
             "flight",
-            {"stops": ("nonstop",), "departs": ("morning",)},
+            {"stops": ("nonstop",)},
             [("minutes", -1.0), ("on_time", 0.3)],
             "the earliest departure",
             _WORK_HINTS,
@@ -158,7 +162,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "family",
             "flight",
-            {"stops": ("nonstop",), "departs": ("afternoon",)},
+            {"stops": ("nonstop",)},
             [("on_time", 1.0), ("fare", -0.3)],
             "flights that run on time",
             _FAMILY_HINTS,
@@ -168,7 +172,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "student",
             "food",
-            {"price": ("cheap",), "service": ("delivery",)},
+            {"price": ("cheap",)},
             [("cost", -1.0), ("eta", -0.3)],
             "the lowest price",
             ("living on a student budget", "spending as little as I can", "counting my pennies"),
@@ -176,7 +180,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "foodie",
             "food",
-            {"price": ("moderate", "upscale"), "service": ("pickup", "delivery")},
+            {"price": ("moderate", "upscale")},
             [("rating", 1.0)],
             "the best reviews",
             ("after something really good", "treating myself tonight", "in the mood to celebrate"),
@@ -184,7 +188,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "busy parent",
             "food",
-            {"price": ("moderate",), "service": ("delivery",)},
+            {"price": ("moderate",)},
             [("eta", -1.0)],
             "the quickest delivery",
             ("feeding hungry kids", "short on time tonight", "juggling work and the kids"),
@@ -214,13 +218,14 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
             [("distance", -1.0), ("rating", 0.3)],
             "a cinema close by",
             ("planning a date night", "going out with my partner", "taking someone special out"),
+            person="a couple on a date night",
         ),
     ),
     "medicine": (
         _archetype(
             "careful parent",
             "medicine",
-            {"form": ("syrup",), "age": ("child",)},
+            {"age": ("child",)},
             [("rating", 1.0)],
             "the best reviewed product",
             ("looking after my little one", "worried about my toddler", "caring for my son"),
@@ -228,7 +233,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "thrifty adult",
             "medicine",
-            {"form": ("tablet",), "age": ("adult",)},
+            {"age": ("adult",)},
             [("price", -1.0)],
             "the lowest price",
             ("on a tight budget", "not keen to spend much", "watching my spending"),
@@ -236,7 +241,7 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
         _archetype(
             "traveller",
             "medicine",
-            {"form": ("capsule", "spray"), "age": ("adult",)},
+            {"age": ("adult",)},
             [("pack", 1.0), ("rating", 0.2)],
             "the largest pack",
             ("stocking up for a long trip", "going away for a month", "packing for a long journey"),
@@ -244,11 +249,48 @@ ARCHETYPES: dict[str, tuple[Archetype, ...]] = {
     ),
 }
 
-TRAVEL_ARCHETYPES: tuple[TravelArchetype, ...] = (
-    TravelArchetype("business trip", "business traveller", "business traveller", _WORK_HINTS),
-    TravelArchetype("family holiday", "family", "family", _FAMILY_HINTS),
-    TravelArchetype("backpacker", "budget traveller", "budget traveller", _BUDGET_HINTS),
-)
+TRAVEL_ARCHETYPES: dict[str, tuple[TravelArchetype, ...]] = {
+    "travel": (
+        TravelArchetype(
+            "business trip",
+            "a business traveller",
+            {"flight": "business traveller", "hotel": "business traveller"},
+            _WORK_HINTS,
+        ),
+        TravelArchetype(
+            "family holiday",
+            "a family on holiday",
+            {"flight": "family", "hotel": "family"},
+            _FAMILY_HINTS,
+        ),
+        TravelArchetype(
+            "backpacker",
+            "a backpacker",
+            {"flight": "budget traveller", "hotel": "budget traveller"},
+            _BUDGET_HINTS,
+        ),
+    ),
+    "travel_dining": (
+        TravelArchetype(
+            "business trip",
+            "a business traveller",
+            {"hotel": "business traveller", "food": "foodie"},
+            _WORK_HINTS,
+        ),
+        TravelArchetype(
+            "family holiday",
+            "a family on holiday",
+            {"hotel": "family", "food": "busy parent"},
+            _FAMILY_HINTS,
+        ),
+        TravelArchetype(
+            "backpacker",
+            "a backpacker",
+            {"hotel": "budget traveller", "food": "student"},
+            _BUDGET_HINTS,
+        ),
+    ),
+}
 
 # How a slot value reads inside a sentence.
 _VALUE_WORDS: dict[str, dict[str, str]] = {
@@ -262,7 +304,6 @@ _VALUE_WORDS: dict[str, dict[str, str]] = {
         "upscale": "upscale",
     },
     "stops": {"nonstop": "nonstop", "1 stop": "one-stop"},
-    "service": {"delivery": "delivered", "pickup": "to pick up"},
     "age": {"adult": "an adult", "child": "a child"},
     "symptom": {
         "cold": "a cold",
@@ -273,7 +314,10 @@ _VALUE_WORDS: dict[str, dict[str, str]] = {
     },
 }
 
-# Paraphrase banks: channel -> ambiguity level -> templates ({slot}, {hint}).
+# Paraphrase banks: channel -> ambiguity level -> templates ({slot}, {hint}). A ``vague``
+# request names the main thing (the city, the dish ...) and hints at who the user is; a
+# ``partial`` one names a few more slots, never all; neither states the preference. ``specified``
+# (every slot) is an option of the preset, off by default.
 _REQUESTS: dict[str, dict[str, tuple[str, ...]]] = {
     "hotel": {
         "specified": (
@@ -281,82 +325,138 @@ _REQUESTS: dict[str, dict[str, tuple[str, ...]]] = {
             "I need a {stars} {price} hotel in {city} from {date}. I'm {hint}.",
         ),
         "partial": (
-            "Going to {city} on {date} and I'm {hint}. Any hotels?",
-            "Hotel ideas for {city} around {date}? I'm {hint}.",
+            "Going to {city} on {date} and I'm {hint}. Any good hotels for me?",
+            "Hotel ideas for {city} around {date}, please? I'm {hint} this time.",
         ),
         "vague": (
-            "I am going to {city}, any hotels?",
-            "Somewhere to stay in {city}?",
-            "Find me a place to sleep in {city}.",
+            "I am going to {city}, any hotels? I'm {hint}, so pick well.",
+            "Somewhere to stay in {city} for a few nights? I'm {hint}.",
+            "Find me a place to sleep in {city} soon. I'm {hint}.",
         ),
     },
     "flight": {
         "specified": (
-            "I want a {stops} {departs} flight from {origin} to {destination} on {date}. "
-            "I'm {hint}.",
-            "{origin} to {destination} on {date}, {stops}, leaving in the {departs}. I'm {hint}.",
+            "I want a {stops} flight from {origin} to {destination} on {date}. I'm {hint}.",
+            "{origin} to {destination} on {date}, {stops}, please. I'm {hint}.",
         ),
         "partial": (
-            "Flights from {origin} to {destination} on {date}? I'm {hint}.",
-            "I'm {hint} and need to get from {origin} to {destination}.",
+            "I need to fly from {origin} to {destination} on {date}. I'm {hint}; what are my "
+            "options?",
+            "I'm {hint} and need to get to {destination} on {date}. Which flights would you "
+            "suggest for me?",
         ),
         "vague": (
-            "Find me some choices about flights to {destination}.",
-            "Any flights to {destination}?",
+            "Find me some choices about flights to {destination}, please. I'm {hint}, so keep "
+            "that in mind when you look.",
+            "Any flights to {destination} coming up soon? I'm {hint} and would like a few good "
+            "options to pick from.",
         ),
     },
     "food": {
         "specified": (
-            "I'd like {price} {cuisine} {service} in {city}. I'm {hint}.",
-            "Find {price} {cuisine} places in {city}, {service}. I'm {hint}.",
+            "I'd like {price} {cuisine} delivered. I'm {hint}.",
+            "Find {price} {cuisine} places that deliver. I'm {hint}.",
         ),
         "partial": (
-            "Craving {cuisine} in {city}. I'm {hint}, ideas?",
-            "I'm {hint}. Where can I get {cuisine} in {city}?",
+            "Craving {cuisine} tonight. I'm {hint}, so what can I order?",
+            "I'm {hint}. Where can I get some {cuisine} delivered tonight?",
         ),
-        "vague": ("I'm hungry for {cuisine}.", "Something with {cuisine} tonight?"),
+        "vague": (
+            "I'm hungry for {cuisine} tonight and I'm {hint}. Any ideas?",
+            "Something with {cuisine} for dinner, please? I'm {hint} right now.",
+        ),
     },
     "movie": {
         "specified": (
-            "Find {genre_a} film in {city} on {date}, {show_a} showing. I'm {hint}.",
-            "Which {genre} films play in {city} on {date} in the {show}? I'm {hint}.",
+            "Find {genre_a} film in {city} today, {show_a} showing. I'm {hint}.",
+            "Which {genre} films play in {city} today in the {show}? I'm {hint}.",
         ),
         "partial": (
-            "What {genre} films are on in {city} on {date}? I'm {hint}.",
-            "I'm {hint}. Anything good at the cinema in {city} on {date}?",
+            "What {genre} films are on in {city} today? I'm {hint}.",
+            "I'm {hint}. Anything good at the cinema in {city} this {show}?",
         ),
-        "vague": ("Any good movies in {city}?", "What's on at the cinema in {city}?"),
+        "vague": (
+            "Any good movies in {city} today? I'm {hint}.",
+            "What's on at the cinema in {city}? I'm {hint} today.",
+        ),
     },
     "medicine": {
         "specified": (
-            "I need {form_a} for {symptom}, for {age}. I'm {hint}.",
-            "Looking for {form_a} against {symptom} suitable for {age}; I'm {hint}.",
+            "I need the best thing for {symptom}, for {age}. I'm {hint}.",
+            "Looking for something against {symptom} suitable for {age}; I'm {hint}.",
         ),
         "partial": (
-            "Something for {symptom}, for {age}? I'm {hint}.",
-            "I'm {hint}. What helps with {symptom}?",
+            "I need something for {symptom} today. I'm {hint}.",
+            "I'm {hint}. What helps with {symptom} the quickest?",
         ),
-        "vague": ("What helps with {symptom}?", "Anything for {symptom}?"),
+        "vague": (
+            "What helps with {symptom}? I'm {hint} and need something soon.",
+            "Anything for {symptom} that works fast? I'm {hint} at the moment.",
+        ),
     },
     "travel": {
         "specified": (
-            "Plan my trip: a {stops} {departs} flight from {origin} to {destination} on "
-            "{date}, then a {stars} {price} hotel there. I'm {hint}.",
+            "Plan my trip: a {stops} flight from {origin} to {destination} on {date}, then a "
+            "{stars} {price} hotel there. I'm {hint}.",
         ),
         "partial": (
-            "Flying {origin} to {destination} on {date} and I need a hotel too. I'm {hint}.",
-            "I'm {hint}: get me to {destination} on {date} and find somewhere to stay.",
+            "Flying {origin} to {destination} on {date} and I need a hotel there too. I'm "
+            "{hint}, so choose well.",
+            "I'm {hint}: get me to {destination} on {date} and find somewhere to stay once I "
+            "land there.",
         ),
-        "vague": ("Help me plan a trip to {destination}.", "Sort out a trip to {destination}?"),
+        "vague": (
+            "Help me plan a trip to {destination}: a flight and a place to stay for a few "
+            "nights. I'm {hint}.",
+            "Sort out a trip to {destination} for me, the flight and then a hotel near the "
+            "centre? I'm {hint}.",
+        ),
+    },
+    "travel_dining": {
+        "specified": (
+            "Book a {stars} {price} hotel in {city} from {date}, then order {price_food} "
+            "{cuisine} for dinner. I'm {hint}.",
+        ),
+        "partial": (
+            "I'll be in {city} from {date}. Find me a hotel, then order some {cuisine} for "
+            "dinner. I'm {hint}.",
+            "I'm {hint}: book me somewhere to stay in {city} on {date} and get {cuisine} "
+            "delivered for dinner.",
+        ),
+        "vague": (
+            "Arriving in {city} soon. Please find me a hotel there, and then some {cuisine} "
+            "for dinner afterwards. I'm {hint}.",
+            "I need a place to stay in {city} and a {cuisine} dinner on my first night there. "
+            "I'm {hint}.",
+        ),
     },
 }
 
+# The explicit part of the intent, per app.
 _INTENTS: dict[str, str] = {
     "hotel": "a {stars} {price} hotel in {city} from {date}",
-    "flight": "a {stops} {departs} flight from {origin} to {destination} on {date}",
-    "food": "{price} {cuisine} {service} in {city}",
-    "movie": "{genre_a} film in {city} on {date}, {show} showing",
-    "medicine": "{form_a} for {symptom} for {age}",
+    "flight": "a {stops} flight from {origin} to {destination} on {date}",
+    "food": "{price} {cuisine} delivered to their address",
+    "movie": "{genre_a} film showing in {city} today, {show_a} show",
+    "medicine": "something for {symptom} that suits {age}",
+}
+
+# The whole intent: {person}, {hint}, {explicit} (the apps' parts), {phrase} (the pool app's
+# preference), {first_phrase} (a trip's first app's preference) and {noun} (the pool app's).
+_INTENT_TEMPLATES: dict[str, str] = {
+    "food": "{person}, {hint}, wants {explicit}. Of the matching {noun} they prefer {phrase} "
+    "and would take the two best.",
+    "hotel": "{person}, {hint}, wants {explicit}. Of the matching {noun} they prefer {phrase}, "
+    "and would take the two best of them.",
+    "flight": "{person}, {hint}, wants {explicit}, preferring {phrase}; two will do.",
+    "movie": "{person}, {hint}, wants {explicit}. Of the matching {noun} they prefer {phrase} "
+    "and would take the two best.",
+    "medicine": "{person} wants {explicit}, preferring {phrase}; two will do.",
+    "travel": "{person}, {hint}, wants {explicit}. For the flight they prefer {first_phrase}; "
+    "of the {noun} they prefer {phrase} and take two.",
+    "travel_dining": "{person}, {hint}, wants {explicit} for dinner. For the hotel they prefer "
+    "{first_phrase} and book the best one; of the {noun} they prefer {phrase} and would take "
+    "the two best.",
 }
 
 
@@ -379,11 +479,11 @@ def _archetype_named(app: str, name: str) -> Archetype:
     raise KeyError(f"no {app} archetype {name!r}")
 
 
-def _travel_archetype(name: str) -> TravelArchetype:
-    for archetype in TRAVEL_ARCHETYPES:
+def _travel_archetype(channel: str, name: str) -> TravelArchetype:
+    for archetype in TRAVEL_ARCHETYPES[channel]:
         if archetype.name == name:
             return archetype
-    raise KeyError(f"no travel archetype {name!r}")
+    raise KeyError(f"no {channel} archetype {name!r}")
 
 
 @dataclass(frozen=True)
@@ -402,16 +502,15 @@ class User:
 
     @property
     def apps(self) -> tuple[str, ...]:
-        return TRAVEL_APPS if self.channel == "travel" else (self.channel,)
+        return CHANNEL_APPS.get(self.channel, (self.channel,))
 
     @property
     def pool_app(self) -> str:
         return self.apps[-1]
 
     def archetype_for(self, app: str) -> Archetype:
-        if self.channel == "travel":
-            trip = _travel_archetype(self.archetype)
-            return _archetype_named(app, trip.flight if app == "flight" else trip.hotel)
+        if self.channel in CHANNEL_APPS:
+            return _archetype_named(app, _travel_archetype(self.channel, self.archetype).apps[app])
         return _archetype_named(app, self.archetype)
 
     def preference(self, app: str) -> Preference:
@@ -479,7 +578,7 @@ class User:
 def _explicit(app: str, archetype: Archetype, rng: random.Random) -> dict[str, str]:
     wants = {}
     for slot in CHANNEL_SPECS[app].slots:
-        if slot.kind == "choice":
+        if slot.name in archetype.choices:
             wants[slot.name] = rng.choice(archetype.choices[slot.name])
         elif slot.kind == "date":
             wants[slot.name] = rng.choice(DATES)
@@ -493,24 +592,37 @@ def sample_user(channel: str, rng: random.Random, ambiguity: str | None = None) 
     :data:`TOP_M`)."""
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}; channels: {CHANNELS}")
-    if channel == "travel":
-        trip = rng.choice(TRAVEL_ARCHETYPES)
-        hotel_archetype = _archetype_named("hotel", trip.hotel)
-        flight = _explicit("flight", _archetype_named("flight", trip.flight), rng)
-        hotel = _explicit("hotel", hotel_archetype, rng)
-        hotel.update(city=flight["destination"], date=flight["date"])
-        name, hints, wants = trip.name, trip.hints, {"flight": flight, "hotel": hotel}
-        preference = hotel_archetype.preference.phrase
+    if channel in CHANNEL_APPS:
+        trip = rng.choice(TRAVEL_ARCHETYPES[channel])
+        archetypes = {app: _archetype_named(app, trip.apps[app]) for app in CHANNEL_APPS[channel]}
+        wants = {app: _explicit(app, a, rng) for app, a in archetypes.items()}
+        if "flight" in wants and "hotel" in wants:  # the hotel is where and when the flight lands
+            wants["hotel"].update(city=wants["flight"]["destination"], date=wants["flight"]["date"])
+        name, person, hints = trip.name, trip.person, trip.hints
     else:
         archetype = rng.choice(ARCHETYPES[channel])
-        name, hints = archetype.name, archetype.hints
+        archetypes = {channel: archetype}
+        name, person, hints = archetype.name, archetype.person, archetype.hints
         wants = {channel: _explicit(channel, archetype, rng)}
-        preference = archetype.preference.phrase
     level = ambiguity if ambiguity is not None else rng.choice(AMBIGUITY_LEVELS)
     if level not in AMBIGUITY_LEVELS:
         raise ValueError(f"unknown ambiguity {level!r}; levels: {AMBIGUITY_LEVELS}")
-    words = _words({slot: value for slots in wants.values() for slot, value in slots.items()})
-    request = rng.choice(_REQUESTS[channel][level]).format(**words, hint=rng.choice(hints))
-    parts = [_INTENTS[app].format(**_words(wants[app])) for app in wants]
-    intent = f"{', then '.join(parts)}; preferring {preference}."
+    words = {}
+    for app in reversed(list(wants)):  # a slot two apps share reads as the first app's
+        words.update(_words(wants[app]))
+    if "food" in wants:  # the dinner's price band beside the hotel's
+        words["price_food"] = _words(wants["food"])["price"]
+    hint = rng.choice(hints)
+    request = rng.choice(_REQUESTS[channel][level]).format(**words, hint=hint)
+    apps = list(wants)
+    pool_app = apps[-1]
+    explicit = ", then ".join(_INTENTS[app].format(**_words(wants[app])) for app in apps)
+    intent = _INTENT_TEMPLATES[channel].format(
+        person=person,
+        hint=hint.replace("my ", "their "),
+        explicit=explicit,
+        phrase=archetypes[pool_app].preference.phrase,
+        first_phrase=archetypes[apps[0]].preference.phrase,
+        noun=CHANNEL_SPECS[pool_app].noun,
+    )
     return User(channel, name, wants, TOP_M, level, _sentence(request), _sentence(intent))

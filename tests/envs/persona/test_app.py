@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -13,7 +14,6 @@ from odyssey_core.envs.persona.catalog import (
     APP_CHANNELS,
     CHANNEL_SPECS,
     CHANNELS,
-    ITEMS_PER_CELL,
     Item,
     catalog,
 )
@@ -73,7 +73,7 @@ def test_clicking_centres_walks_a_hotel_search_to_the_users_pool() -> None:
     user = User.from_json(hotel_user())
     wanted = [i.id for i in catalog("hotel", 0) if user.meets("hotel", i)]
     assert state.sheet is None and app.pool(state) == wanted  # listing order, all on one page
-    assert ITEMS_PER_CELL[0] <= len(wanted) <= ITEMS_PER_CELL[1]
+    assert len(wanted) in CHANNEL_SPECS["hotel"].items_per_cell
     state = click(app, state, f"row-{wanted[1]}")
     assert (state.screen, state.detail) == ("detail", wanted[1])
     assert app.pool(state) == []  # no list on a detail card
@@ -125,24 +125,24 @@ def test_a_popup_covers_its_screen_once_and_exit_or_close_dismisses_it() -> None
 
 
 def test_scrolling_moves_half_a_page_within_bounds_and_chips_toggle() -> None:
-    app = make_app("food")
-    state = click(app, app.initial_state(), "app-food")
+    app = make_app("hotel")
+    state = click(app, app.initial_state(), "app-hotel")
     state = click(app, type_into(app, state, "field-city", "Paris"), "search")
     n = len(app.results(state))
     assert n > 2 * ROWS_PER_PAGE
     assert app.apply(state, GuiAction("scroll up")).scroll == 0
     down = app.apply(state, GuiAction("scroll down"))
-    assert down.scroll == 3 and app.pool(down) == [i.id for i in app.results(state)[3:9]]
+    assert down.scroll == 4 and app.pool(down) == [i.id for i in app.results(state)[4:12]]
     bottom = down
     for _ in range(n):
         bottom = app.apply(bottom, GuiAction("scroll down"))
     assert bottom.scroll == n - ROWS_PER_PAGE
     sheet = click(app, down, "filters")
     assert app.apply(sheet, GuiAction("scroll down")) == sheet  # the sheet holds the page
-    cheap = click(app, sheet, "chip-price-cheap")
-    assert cheap.chip("food", "price") == "cheap" and cheap.scroll == 0
-    assert click(app, cheap, "chip-price-upscale").chip("food", "price") == "upscale"
-    assert click(app, cheap, "chip-price-cheap").chip("food", "price") is None
+    cheap = click(app, sheet, "chip-price-budget")
+    assert cheap.chip("hotel", "price") == "budget" and cheap.scroll == 0
+    assert click(app, cheap, "chip-price-luxury").chip("hotel", "price") == "luxury"
+    assert click(app, cheap, "chip-price-budget").chip("hotel", "price") is None
 
 
 def test_booking_the_trips_flight_fills_the_hotel_search() -> None:
@@ -221,7 +221,8 @@ def test_each_filter_combination_has_one_page_of_items_and_catalogues_are_seeded
                 for i in items
                 if all(i[s.name] == v for s, v in zip(filtering, values, strict=True))
             ]
-            assert ITEMS_PER_CELL[0] <= len(cell) <= ITEMS_PER_CELL[1] <= ROWS_PER_PAGE
+            assert len(cell) in spec.items_per_cell
+            assert len(cell) <= ROWS_PER_PAGE
         assert catalog.__wrapped__(channel, 0) == items
         assert catalog.__wrapped__(channel, 1) != items
         for item in items:
@@ -245,7 +246,7 @@ def test_the_label_oracle_says_yes_to_the_top_m_meeting_every_explicit_slot() ->
     user = User.from_json(hotel_user())
     items = catalog("hotel", 0)
     meeting = [i for i in items if user.meets("hotel", i)]
-    assert 3 <= len(meeting) <= 5 and all(i["city"] == "Rome" for i in meeting)
+    assert len(meeting) == 4 and all(i["city"] == "Rome" for i in meeting)
 
     def scaled(i: Item, key: str) -> float:
         values = [m[key] for m in meeting]
@@ -279,3 +280,30 @@ def test_users_state_their_intent_in_words_and_slots(channel: str) -> None:
         for slot in CHANNEL_SPECS[app].form:
             if slot.kind == "text":
                 assert specified.wants[app][slot.name] in specified.request
+
+
+def test_prefilled_fields_start_with_the_users_value_and_a_filterless_app_shows_no_filters() -> (
+    None
+):
+    app = make_app("flight")
+    origin = app.user.wants["flight"]["origin"]
+    assert app.initial_state().field("flight", "origin") == origin  # the home airport
+    state = click(app, app.initial_state(), "app-flight")
+    assert app.screen(state).element("field-origin").value == origin
+    medicine = make_app("medicine")
+    state = click(medicine, medicine.initial_state(), "app-medicine")
+    state = type_into(medicine, state, "field-symptom", "cough")
+    state = click(medicine, type_into(medicine, state, "field-age", "child"), "search")
+    ids = [e.id for e in medicine.screen(state)]
+    assert "filters" not in ids and "active" not in ids
+    listed = medicine.results(state)
+    assert listed and all(i["symptom"] == "cough" and i["age"] == "child" for i in listed)
+
+
+def test_a_trips_banner_names_the_next_app() -> None:
+    app = make_app("travel_dining")
+    hotel = app.user.choice("hotel", app.items("hotel"))
+    state = replace(app.initial_state(), booked=(hotel.id,))
+    banner = app.screen(state).element("banner").text
+    assert hotel.name in banner and "restaurants" in banner
+    assert app.user.apps == ("hotel", "food")

@@ -45,8 +45,8 @@ def test_the_same_seed_writes_a_byte_identical_folder(tmp_path: Path) -> None:
     assert len(pngs) == sum(len(e.steps) for e in read_dataset(a))
     manifest = read_manifest(a)
     assert manifest["content_hash"] == content_hash(a)
-    assert manifest["preset"] == "tiny" and manifest["seed"] == 3 and manifest["episodes"] == 12
-    assert manifest["splits"] == {"train": 10, "val": 1, "test": 1}
+    assert manifest["preset"] == "tiny" and manifest["seed"] == 3 and manifest["episodes"] == 14
+    assert manifest["splits"] == {"train": 12, "val": 1, "test": 1}
     assert manifest["channels"] == dict.fromkeys(sorted(manifest["channels"]), 2)
     other = write_dataset(tmp_path / "c", generate_episodes("tiny", 4), preset="tiny", seed=4)
     assert read_manifest(other)["content_hash"] != manifest["content_hash"]
@@ -73,12 +73,13 @@ def test_smartspot_like_has_the_papers_shape() -> None:
     assert Counter(e.split for e in episodes) == {"train": 98, "val": 12, "test": 12}
     by_channel = Counter(e.channel for e in episodes)
     assert by_channel == {
-        "food": 21,
-        "hotel": 21,
+        "food": 20,
+        "hotel": 20,
         "flight": 20,
         "movie": 20,
         "medicine": 20,
-        "travel": 20,
+        "travel": 12,
+        "travel_dining": 10,
     }
     for channel in by_channel:  # every channel is in every split
         assert {e.split for e in episodes if e.channel == channel} == {"train", "val", "test"}
@@ -87,8 +88,9 @@ def test_smartspot_like_has_the_papers_shape() -> None:
     assert {(e.width, e.height) for e in episodes} == {(448, 896)}
     assert any(s.detour for e in episodes for s in e.steps)
 
-    paper = generate_episodes("smartspot_like", 0, drop_channel="travel")
+    paper = generate_episodes("smartspot_like", 0, exclude_channels=("medicine",))
     assert len(paper) == 102
+    assert paper == generate_episodes("smartspot_like", 0, drop_channel="medicine")
     assert Counter(e.split for e in paper) == {"train": 82, "val": 10, "test": 10}
     kept = {e.episode_id: e.steps for e in episodes}
     assert all(e.steps == kept[e.episode_id] for e in paper)  # the other episodes do not change
