@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from odyssey_core.envs.pyboy.rom import RomError
-from odyssey_core.launch import local_rank_option
+from odyssey_core.launch import launched_run_options, local_rank_option
 from odyssey_core.recipe import RECIPES
 
 
@@ -131,12 +131,10 @@ _ECHO_KEYS = (
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="preset YAML (may `inherit:` another); default configs/<recipe>/tiny.yaml",
 )
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--resume", is_flag=True, help="continue from <out>/checkpoints/latest")
+@launched_run_options
 @click.option("--steps", type=int, default=None, help="total training steps (default: preset's)")
 @click.option("--seed", type=int, default=None, help="override the preset's seed")
 @click.option("--threads", type=int, default=None, help="torch intra-op threads (CPU runs)")
-@local_rank_option
 def train_command(
     recipe_name: str,
     preset: Path | None,

@@ -51,6 +51,7 @@ __all__ = [
     "LaunchSettings",
     "MetricsFollower",
     "launch_error",
+    "launched_run_options",
     "launcher_command",
     "local_rank_option",
     "odyssey_command",
@@ -333,6 +334,15 @@ def local_rank_option(command: Any) -> Any:
         callback=_take_local_rank,
         help="set by the deepspeed launcher",
     )(command)
+
+
+def launched_run_options(command: Any) -> Any:
+    """What every command a launcher or a pipeline starts takes: ``--out`` (the run folder),
+    ``--resume`` (from its ``checkpoints/latest``; the pipelines always pass it, see
+    :func:`train_args`) and the launchers' hidden ``--local_rank``."""
+    out = click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path))
+    resume = click.option("--resume", is_flag=True, help="continue from OUT/checkpoints/latest")
+    return out(resume(local_rank_option(command)))
 
 
 # -- what the pipelines launch ------------------------------------------------------------------

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from odyssey_core.launch import local_rank_option
+from odyssey_core.launch import launched_run_options
 
 
 @click.command("sft")
@@ -27,8 +27,7 @@ from odyssey_core.launch import local_rank_option
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="base checkpoint folder",
 )
-@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path))
-@click.option("--resume", is_flag=True, help="continue from OUT/checkpoints/latest")
+@launched_run_options
 @click.option("--max-steps", type=int, default=None, help="override the preset's max_steps")
 @click.option("--seed", type=int, default=None, help="override the preset's seed")
 @click.option(
@@ -38,7 +37,6 @@ from odyssey_core.launch import local_rank_option
     default=None,
     help="JSON {game: system prompt} replacing those games' registered prompts",
 )
-@local_rank_option
 def sft_command(
     preset: str,
     dataset_dir: Path,
