@@ -197,21 +197,19 @@ class ProgrammaticCorrector(JudgingCorrector):
             read_ok = said_target in (None, target) and said_current in (None, current)
             parts.append("numbers: read correctly" if read_ok else "numbers: misread")
         expected = "=" if current == target else ("+" if current < target else "-")
-        action_ok = action == expected
-        parts.append(f"action {action!r}: " + ("moves toward the target" if action_ok else "wrong"))
-        agrees = read_ok is True and action_ok
         side = "below" if current < target else "above"
         why = (
             f"The current number {current} is {side} the target {target}, so I press '{expected}'."
         )
         corrected = f'"target": {target}, "current": {current}, "thoughts": "{why}"'
-        return self.checked(
+        return self._judged_move(
             parts,
-            agrees,
+            read_ok,
+            action,
+            expected,
+            ("moves toward the target", "wrong"),
             corrected,
             solvable=True,
-            action=expected,
-            details={"cards_ok": read_ok, "action_ok": action_ok},
         )
 
     def _blackjack(self, thought: str, action: str | None, info: Mapping[str, Any]) -> Correction:
@@ -226,9 +224,6 @@ class ProgrammaticCorrector(JudgingCorrector):
             else ("total: read correctly" if read_ok else f"total: misread ({said_total})")
         ]
         expected = basic_strategy(total, usable, dealer)
-        action_ok = action == expected
-        parts.append(f"action {action!r}: " + ("sound" if action_ok else "against basic strategy"))
-        agrees = read_ok is True and action_ok
         soft = " (an ace counted as 11)" if usable else ""
         why = (
             f"My cards {', '.join(player)} total {total}{soft} and the dealer shows {dealer}; "
@@ -238,11 +233,38 @@ class ProgrammaticCorrector(JudgingCorrector):
         corrected = (
             f'"dealer": "{dealer}", "player": [{shown}], "total": {total}, "thoughts": "{why}"'
         )
-        return self.checked(
+        return self._judged_move(
             parts,
-            agrees,
+            read_ok,
+            action,
+            expected,
+            ("sound", "against basic strategy"),
             corrected,
             solvable=None,
+        )
+
+    def _judged_move(
+        self,
+        parts: list[str],
+        read_ok: bool | None,
+        action: str | None,
+        expected: str,
+        verdicts: tuple[str, str],
+        corrected: str,
+        *,
+        solvable: bool | None,
+    ) -> Correction:
+        """The correction in a game of one reading and one right move (the number line,
+        blackjack): the thought is correct when it states the reading (``read_ok`` None: it
+        does not), reads it right, and the action is ``expected``; ``verdicts`` words the
+        action's finding (right, wrong)."""
+        action_ok = action == expected
+        parts.append(f"action {action!r}: " + (verdicts[0] if action_ok else verdicts[1]))
+        return self.checked(
+            parts,
+            read_ok is True and action_ok,
+            corrected,
+            solvable=solvable,
             action=expected,
             details={"cards_ok": read_ok, "action_ok": action_ok},
         )
