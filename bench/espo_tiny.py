@@ -40,6 +40,7 @@ from odyssey_core.fidelity.espo import (
     tiny_dataset,
     variant_settings,
 )
+from odyssey_core.recipes.espo.evaluation import best_achievable_rec_acc
 from odyssey_core.recipes.espo.metrics import trivial_baselines
 from odyssey_core.recipes.espo.train import build_trainer
 
@@ -132,6 +133,7 @@ def main() -> None:
     for name, m in trivial_baselines(episodes, resamples=1000).items():
         cells = [f"{100 * m[k].value:.1f}" if k in m else "–" for k in KEYS]
         print(f"| baseline: {name} | " + " | ".join(cells) + " |")
+    print(f"\n{best_achievable_rec_acc(episodes).line()}")
     print("\nper seed, with the episode-bootstrap 95% interval of each metric:")
     for name in METHODS:
         for seed, m in enumerate(rows[name]):

@@ -13,7 +13,9 @@
   (:data:`~odyssey_core.recipes.espo.metrics.BASELINE_AGENTS`) on every step of the splits,
   no model: a JSON summary on stdout, ``metrics`` keyed ``ele_acc``, ``op_f1``, ``step_sr``,
   ``rec_acc`` and the extras (None where undefined), ``intervals`` (the episode bootstrap),
-  ``n_steps``, ``n_episodes``.
+  ``n_steps``, ``n_episodes``, and ``best_achievable_rec_acc`` (the ceiling of
+  :func:`~odyssey_core.recipes.espo.evaluation.best_achievable_rec_acc`; the model report
+  prints it under the tables).
 
 Training runs through the ``train-espo`` flow (``python -m flows.espo --preset tiny``, or
 ``prefect deployment run train-espo/tiny``).
@@ -128,6 +130,7 @@ def eval_command(
     """Evaluate MODEL (a model folder) on DATASET, teacher-forced and live, beside the
     baselines; or, with --agent, one baseline without a model."""
     from odyssey_core.envs.persona.dataset import read_dataset
+    from odyssey_core.recipes.espo.evaluation import best_achievable_rec_acc
     from odyssey_core.recipes.espo.metrics import (
         BASELINE_AGENTS,
         baseline_outcomes,
@@ -164,6 +167,7 @@ def eval_command(
             "splits": [split for split, chosen in by_split.items() if chosen],
             "seed": seed,
             **metrics.summary(),
+            "best_achievable_rec_acc": best_achievable_rec_acc(episodes).summary(),
         }
         click.echo(json.dumps(summary, indent=2))
         return
@@ -195,3 +199,4 @@ def eval_command(
     )
     baselines = trivial_baselines(episodes, seed, resamples=resamples)
     click.echo(metrics_table_markdown({model.name: metrics}, baselines))
+    click.echo(f"\n{best_achievable_rec_acc(episodes).line()}")

@@ -5,6 +5,7 @@ espo load-smartspot``), or the seeded generator's preset written into the run
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from odyssey_core.envs.persona.dataset import generate_episodes, write_dataset
@@ -13,9 +14,12 @@ from odyssey_core.recipes.espo.settings import EspoDataSettings
 __all__ = ["generated_name", "resolve_dataset"]
 
 
-def generated_name(preset: str, seed: int, drop_channel: str | None) -> str:
+def generated_name(
+    preset: str, seed: int, drop_channel: str | None, exclude_channels: Sequence[str] = ()
+) -> str:
     """The folder name of a generated dataset: what it was generated from."""
-    return f"{preset}-seed{seed}" + (f"-without-{drop_channel}" if drop_channel else "")
+    left_out = sorted({*exclude_channels, *([drop_channel] if drop_channel else [])})
+    return f"{preset}-seed{seed}" + (f"-without-{'-'.join(left_out)}" if left_out else "")
 
 
 def resolve_dataset(data: EspoDataSettings, folder: Path) -> Path:
@@ -31,8 +35,15 @@ def resolve_dataset(data: EspoDataSettings, folder: Path) -> Path:
                 "`odyssey espo load-smartspot IN OUT`"
             )
         return path
-    out = Path(folder) / generated_name(data.preset, data.seed, data.drop_channel)
+    out = Path(folder) / generated_name(
+        data.preset, data.seed, data.drop_channel, data.exclude_channels
+    )
     if not (out / "manifest.json").is_file():
-        episodes = generate_episodes(data.preset, data.seed, drop_channel=data.drop_channel)
+        episodes = generate_episodes(
+            data.preset,
+            data.seed,
+            drop_channel=data.drop_channel,
+            exclude_channels=data.exclude_channels,
+        )
         write_dataset(out, episodes, preset=data.preset, seed=data.seed, overwrite=True)
     return out

@@ -10,16 +10,31 @@
 
 Both play :class:`~odyssey_core.envs.persona.env.PersonaEnv` through
 :class:`~odyssey_core.rollout.collector.Collector` with an observer of their own.
+
+The best achievable RecAcc (:func:`best_achievable_rec_acc`, beside the trivial baselines in
+every report): the RecAcc of the best agent that knows what an episode shows about a
+candidate, namely the pool app, the preference the intent names, the candidate's rank by that
+preference among the listed pool, and the pool's size. Recommend steps alike in all four form
+a class; the best such agent answers each class's majority label, so the ceiling is
+``sum over classes of max(#Yes, #No) / #recommend steps``. Where the labels follow from that
+information (every generated user accepts the :data:`~odyssey_core.envs.persona.users.TOP_M`
+best) each class holds one label and the ceiling is 1; a hidden per-user draw (top 1 for some
+users, top 2 for others) mixes the labels of a class and lowers it. Episodes without a
+scenario (loaded SmartSpot records: no catalogue to rank by) are left out and counted.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from odyssey_core.envs.persona.app import PersonaApp
 from odyssey_core.envs.persona.env import PersonaEnv
 from odyssey_core.envs.persona.episode import EpisodeRecord
+from odyssey_core.envs.persona.users import User
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.policy.hf import HFPolicy
@@ -33,7 +48,78 @@ from odyssey_core.rollout.collector import (
     TurnOutcome,
 )
 
-__all__ = ["OnlineResult", "evaluate_offline", "evaluate_online", "load_espo_policy"]
+__all__ = [
+    "OnlineResult",
+    "RecAccCeiling",
+    "best_achievable_rec_acc",
+    "evaluate_offline",
+    "evaluate_online",
+    "load_espo_policy",
+]
+
+
+@dataclass(frozen=True)
+class RecAccCeiling:
+    """The best achievable RecAcc over the recommend steps that can be judged.
+
+    ``value`` is None when no step can be; ``judged`` counts the recommend steps of episodes
+    with a scenario, ``steps`` every recommend step, ``classes`` the information classes and
+    ``mixed`` the judged steps in classes that hold both labels."""
+
+    value: float | None
+    judged: int
+    steps: int
+    classes: int
+    mixed: int
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "judged_steps": self.judged,
+            "recommend_steps": self.steps,
+            "classes": self.classes,
+            "mixed_steps": self.mixed,
+        }
+
+    def line(self) -> str:
+        """One sentence for a report."""
+        if self.value is None:
+            return (
+                f"Best achievable RecAcc: not computable ({self.steps} recommend steps, none "
+                "with a scenario to rank the pool by)."
+            )
+        left = self.steps - self.judged
+        return (
+            f"Best achievable RecAcc: {100 * self.value:.1f}% over {self.judged} recommend "
+            f"steps ({self.mixed} in classes holding both labels"
+            + (f"; {left} steps without a scenario left out" if left else "")
+            + "): the ceiling of an agent that knows the preference the intent names and "
+            "each candidate's rank in the listed pool."
+        )
+
+
+def best_achievable_rec_acc(episodes: Iterable[EpisodeRecord]) -> RecAccCeiling:
+    """The RecAcc ceiling of the module docstring over every recommend step of ``episodes``."""
+    classes: dict[tuple[str, str, int, int], Counter[str]] = {}
+    steps = 0
+    for episode in episodes:
+        recommend = episode.stage_steps("recommend")
+        steps += len(recommend)
+        if not episode.scenario or not recommend:
+            continue
+        user = User.from_json(episode.scenario["user"])
+        app = PersonaApp(episode.scenario, episode.width, episode.height)
+        preference = user.preference(user.pool_app)
+        pool = [app.item(c) for c in episode.candidates]
+        rank = {item.id: k for k, item in enumerate(preference.rank(pool))}
+        for step in recommend:
+            key = (user.pool_app, preference.phrase, rank[step.candidate], len(pool))
+            classes.setdefault(key, Counter())[step.gold.text] += 1
+    judged = sum(sum(c.values()) for c in classes.values())
+    best = sum(max(c.values()) for c in classes.values())
+    mixed = sum(sum(c.values()) for c in classes.values() if len(c) > 1)
+    value = best / judged if judged else None
+    return RecAccCeiling(value, judged, steps, len(classes), mixed)
 
 
 def load_espo_policy(

@@ -113,3 +113,17 @@ def test_a_model_is_reported_beside_every_baseline(dataset: Path, tiny_model_dir
     assert any(line.startswith(f"| {tiny_model_dir.name} |") for line in lines)
     for agent in BASELINE_AGENTS:
         assert sum(line.startswith(f"| {agent} (baseline) |") for line in lines) == 2, agent
+
+
+def test_every_agent_summary_carries_the_best_achievable_rec_acc(dataset: Path) -> None:
+    episodes = read_dataset(dataset)
+    asked = sum(len(e.stage_steps("recommend")) for e in episodes)
+    ceiling = run_agent(dataset, "always_yes", "--resamples", "50")["best_achievable_rec_acc"]
+    assert ceiling == {
+        "value": 1.0,  # every label follows from the intent's preference and the listed pool
+        "judged_steps": asked,
+        "recommend_steps": asked,
+        "classes": ceiling["classes"],
+        "mixed_steps": 0,
+    }
+    assert ceiling["classes"] > 1
