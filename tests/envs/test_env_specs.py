@@ -20,7 +20,8 @@ from odyssey_core.envs.registry import BUILTIN_ENVS, GYM_NAMESPACE
 def test_every_builtin_spec_is_registered_here_and_with_gymnasium() -> None:
     assert (*PYBOY_ENVS, *CARDS_ENVS, *ALFWORLD_ENVS, *PERSONA_ENVS) == BUILTIN_ENVS
     names = [spec.name for spec in BUILTIN_ENVS]
-    assert len(names) == len(set(names)) == len(ODLAND_LEVELS) + len(MARIO_LEVELS) + 4 + 7 + 7
+    # odland, mario, 4 cards, 7 alfworld, persona + its 7 channels
+    assert len(names) == len(set(names)) == len(ODLAND_LEVELS) + len(MARIO_LEVELS) + 4 + 7 + 8
     assert {"odland-1-1", "mario-4-2", "cards-points24", "alfworld", "persona-hotel"} <= set(names)
     assert set(names) <= set(ENVIRONMENTS.names())
     listed = {spec.name: spec for spec in list_envs()}
