@@ -42,7 +42,9 @@ def espo_group() -> None:
     "--preset", type=click.Choice(["tiny", "smartspot_like"]), default="tiny", show_default=True
 )
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--drop-channel", default=None, help="leave a channel out (travel: 102 episodes)")
+@click.option(
+    "--drop-channel", default=None, help="leave a channel out (medicine: the paper's 102 episodes)"
+)
 @click.option(
     "--renderer", type=click.Choice(["fast", "browser"]), default="fast", show_default=True
 )
