@@ -5,8 +5,10 @@ Every stage reads the previous stage's files under ``--out`` and writes its own 
 stage can be rerun alone (``annotate`` again after a crash pays only for uncached frames)::
 
     OUT/walkthroughs/   videos, sidecars, states, walkthrough records
-    OUT/samples/        frames/<hash>.png and samples.parquet
-    OUT/annotations/    annotations.parquet, teacher_metrics.json, cache/ (API teachers)
+    OUT/samples/        frames/<hash>.png, samples.parquet (and reserve.parquet, the frames a
+                        top-up to sampling.target_train_rows may draw on)
+    OUT/annotations/    annotations.parquet, teacher_metrics.json, cache/ (API teachers),
+                        top_up.json (with sampling.target_train_rows)
     OUT/validation/     validated.parquet, validation.json/html, quarantine.parquet
     OUT/dataset/        the SFT dataset folder (see odyssey_core.data.dataset)
 """
@@ -22,13 +24,14 @@ from pydantic import Field
 
 from odyssey_core.config import GameName, StrictModel, load_preset
 from odyssey_core.data.dataset import read_json, read_table, write_dataset, write_table
-from odyssey_core.data.sampling import SamplingConfig, load_samples, sample_frames
+from odyssey_core.data.sampling import SamplingConfig, load_reserve, load_samples, sample_frames
 from odyssey_core.data.teachers import (
     TeacherConfig,
     annotate_frames,
     make_teacher,
     probe_teacher,
 )
+from odyssey_core.data.top_up import TOP_UP_FILE, annotate_to_target, check_reachable
 from odyssey_core.data.validation import ValidationConfig, validate_annotations
 from odyssey_core.data.walkthroughs import (
     ImportConfig,
@@ -45,6 +48,7 @@ __all__ = [
     "curate_problems",
     "import_entries",
     "load_curate_config",
+    "more_frames_advice",
     "run_annotate",
     "run_build",
     "run_record",
@@ -157,16 +161,55 @@ def run_sample(config: CurateConfig, out: str | Path) -> Path:
         raise FileNotFoundError(f"no walkthroughs under {Path(out) / 'walkthroughs'}; run record")
     sampling = config.sampling.model_copy(update={"show_progress": config.show_progress})
     target = _dir(out, "samples")
-    sample_frames(walkthroughs, target, sampling)
+    first_draw = sample_frames(walkthroughs, target, sampling)
+    if sampling.target_train_rows is not None:
+        check_reachable(
+            [*first_draw, *load_reserve(target)],
+            target=sampling.target_train_rows,
+            val_share=config.val_share,
+            short_of_target=sampling.short_of_target,
+            more_frames=more_frames_advice(config),
+        )
     return target
 
 
+def more_frames_advice(config: CurateConfig) -> str:
+    """What to change for more distinct frames (a top-up that ran out says it)."""
+    if config.source == "import":
+        return "import more walkthrough videos (imports or imports_file)"
+    record = config.record
+    return (
+        f"record more walkthroughs: raise record.episodes_per_level (now "
+        f"{record.episodes_per_level}) with record.explore_prob > 0 (now {record.explore_prob}) "
+        f"so the new episodes differ, or add record.levels"
+    )
+
+
 def run_annotate(config: CurateConfig, out: str | Path) -> Path:
+    """Annotate the first draw; with ``sampling.target_train_rows``, top it up from the
+    reserve until the training rows reach the target (:func:`annotate_to_target`)."""
     samples_dir = Path(out) / "samples"
     frames = load_samples(samples_dir)
     target = _dir(out, "annotations")
     teacher = make_teacher(config.teacher, game=config.game)
-    annotate_frames(teacher, frames, samples_dir, target)
+    wanted = config.sampling.target_train_rows
+    if wanted is None:
+        (target / TOP_UP_FILE).unlink(missing_ok=True)  # a top-up of an earlier config
+        annotate_frames(teacher, frames, samples_dir, target)
+        return target
+    annotate_to_target(
+        teacher,
+        frames,
+        load_reserve(samples_dir),
+        samples_dir,
+        target,
+        target=wanted,
+        val_share=config.val_share,
+        validation=config.validation,
+        game=config.game,
+        short_of_target=config.sampling.short_of_target,
+        more_frames=more_frames_advice(config),
+    )
     return target
 
 
@@ -187,6 +230,9 @@ def run_build(config: CurateConfig, out: str | Path) -> Path:
     quarantine = read_table(quarantine_path) if quarantine_path.is_file() else []
     metrics_path = Path(out) / "annotations" / "teacher_metrics.json"
     extra = {"teacher_metrics": read_json(metrics_path)} if metrics_path.is_file() else {}
+    top_up_path = Path(out) / "annotations" / TOP_UP_FILE
+    if config.sampling.target_train_rows is not None and top_up_path.is_file():
+        extra["top_up"] = read_json(top_up_path)
     return write_dataset(
         Path(out) / "dataset",
         rows,

@@ -10,6 +10,12 @@ the native Game Boy size the agent sees (``frame_size``), saved as
 ``frames/<sha256 of the PNG>.png``, and listed in ``samples.parquet`` with their frame index,
 timestamp and, for recorded walkthroughs, the sidecar row of that frame index (``state``, a
 JSON string).
+
+With ``target_train_rows`` the sampler also keeps a *reserve* (``reserve.parquet``, its frames
+under ``frames/`` too): every other distinct frame of the walkthroughs, the first pass's
+unused candidates first, then every remaining frame index, each de-duplicated like the first
+draw, in :func:`draw_order`. The annotate stage tops the first draw up from it
+(:mod:`~odyssey_core.data.top_up`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import imageio.v2 as imageio
 import numpy as np
@@ -33,10 +39,14 @@ from odyssey_core.data.dataset import read_table, write_bytes_atomic, write_tabl
 from odyssey_core.data.walkthroughs import Walkthrough
 
 __all__ = [
+    "RESERVE_FILE",
+    "SAMPLES_FILE",
     "SampledFrame",
     "SamplingConfig",
     "dct_phash",
+    "draw_order",
     "hamming",
+    "load_reserve",
     "load_samples",
     "sample_frames",
     "share_out",
@@ -44,6 +54,7 @@ __all__ = [
 ]
 
 SAMPLES_FILE = "samples.parquet"
+RESERVE_FILE = "reserve.parquet"
 
 
 class SamplingConfig(StrictModel):
@@ -59,6 +70,20 @@ class SamplingConfig(StrictModel):
     phash_threshold: int = Field(default=4, ge=-1, le=64, description="-1 disables dedup")
     frame_size: tuple[int, int] | None = Field(
         default=(160, 144), description="(width, height) frames are resized to; None keeps"
+    )
+    target_train_rows: int | None = Field(
+        default=None,
+        ge=1,
+        description="if set, curation tops up to exactly this many training rows: after "
+        "labelling, quarantine and the validation split, a first draw that falls short is "
+        "topped up from the walkthroughs' other distinct frames (labelled in turn) until the "
+        "target is met, the surplus trimmed in draw order; walkthroughs that run out first "
+        "fail the run (see short_of_target)",
+    )
+    short_of_target: Literal["error", "warn"] = Field(
+        default="error",
+        description="walkthroughs exhausted below target_train_rows: fail, or warn and keep "
+        "the rows reached",
     )
     show_progress: bool = True
 
@@ -172,6 +197,50 @@ def _decode(path: str, wanted: set[int], label: str, show: bool) -> dict[int, np
     return frames
 
 
+def _stream(path: str, wanted: set[int], label: str, show: bool):
+    """Yield (index, frame) for the ``wanted`` frame indices in video order, one at a time
+    (a whole video's frames would not fit in memory)."""
+    from tqdm.auto import tqdm
+
+    if not wanted:
+        return
+    last = max(wanted)
+    reader = imageio.get_reader(path, format="FFMPEG")
+    try:
+        with tqdm(total=last + 1, desc=f"reserve {label}", unit="frame", disable=not show) as bar:
+            for index, frame in enumerate(reader):
+                if index in wanted:
+                    yield index, np.asarray(frame)
+                bar.update(1)
+                if index >= last:
+                    break
+    finally:
+        reader.close()
+
+
+def _bit_reversed(count: int) -> list[int]:
+    """0..count-1 in bit-reversed (van der Corput) order: every prefix spreads evenly."""
+    if count <= 1:
+        return list(range(count))
+    bits = (count - 1).bit_length()
+    order = (int(format(i, f"0{bits}b")[::-1], 2) for i in range(1 << bits))
+    return [i for i in order if i < count]
+
+
+def draw_order(frames: Sequence[SampledFrame]) -> list[SampledFrame]:
+    """The order frames are drawn (and trimmed) in: the levels in turn (round robin, in the
+    order they first appear), within a level in bit-reversed order of its frames as given
+    (video order), so any prefix is spread evenly over the levels and over time."""
+    by_level: dict[tuple[str, str], list[SampledFrame]] = {}
+    for frame in frames:
+        by_level.setdefault((frame.game, frame.level), []).append(frame)
+    queues = [[items[i] for i in _bit_reversed(len(items))] for items in by_level.values()]
+    ordered: list[SampledFrame] = []
+    for rank in range(max((len(q) for q in queues), default=0)):
+        ordered += [q[rank] for q in queues if rank < len(q)]
+    return ordered
+
+
 def _per_level_target(config: SamplingConfig, walkthroughs: Sequence[Walkthrough]) -> int:
     """Frames wanted per level before any redistribution (sizes the candidate lists)."""
     if config.total_frames is None:
@@ -234,18 +303,49 @@ def sample_frames(
     index = _HashIndex()
     seen_sha: set[str] = set()
     pngs: dict[str, bytes] = {}
+
+    def distinct(
+        pixels: np.ndarray, w: Walkthrough, level: str, i: int, sidecar: dict[int, Any]
+    ) -> tuple[SampledFrame, bytes] | None:
+        """The frame and its PNG, unless it (nearly) repeats one already kept."""
+        data, image = _png_bytes(pixels, config.frame_size)
+        sha = hashlib.sha256(data).hexdigest()
+        phash = dct_phash(image)
+        if sha in seen_sha or index.near(phash, config.phash_threshold):
+            return None
+        index.add(phash)
+        seen_sha.add(sha)
+        row = sidecar.get(i)
+        frame = SampledFrame(
+            frame_hash=sha,
+            frame=f"frames/{sha}.png",
+            phash=f"{phash:016x}",
+            game=w.game,
+            level=level,
+            source=w.source,
+            walkthrough=w.name,
+            frame_index=i,
+            timestamp_s=i / w.fps,
+            state=None if row is None else json.dumps(row, sort_keys=True),
+        )
+        return frame, data
+
+    sidecars: dict[str, dict[int, dict[str, Any]]] = {}
+    candidates_of: dict[tuple[str, int], set[int]] = {}  # (walkthrough, segment) -> indices
     # Every segment's distinct candidates, in video order: (level key, duration, want, kept).
     segments: list[tuple[tuple[str, str], float, int, list[SampledFrame]]] = []
     for w in walkthroughs:
         sidecar: dict[int, dict[str, Any]] = {}
         if w.sidecar:
             sidecar = {int(r["frame_index"]): r for r in read_table(w.sidecar)}
+        sidecars[w.name] = sidecar
         plan: list[tuple[dict[str, Any], int, list[int]]] = []
-        for s in w.segments:
+        for number, s in enumerate(w.segments):
             share = (s["end_s"] - s["start_s"]) / durations[(w.game, s["level"])]
             want = max(1, round(per_level * share))
             candidates = int(np.ceil(want * config.oversample))
             indices = uniform_indices(s["start_s"], s["end_s"], w.fps, candidates, w.frame_count)
+            candidates_of[(w.name, number)] = set(indices)
             plan.append((s, want, indices))
         wanted = {i for _, _, indices in plan for i in indices}
         decoded = _decode(w.video, wanted, w.name, config.show_progress)
@@ -254,29 +354,10 @@ def sample_frames(
             for i in indices:
                 if i not in decoded:  # the container promised more frames than it holds
                     continue
-                data, image = _png_bytes(decoded[i], config.frame_size)
-                sha = hashlib.sha256(data).hexdigest()
-                phash = dct_phash(image)
-                if sha in seen_sha or index.near(phash, config.phash_threshold):
-                    continue
-                index.add(phash)
-                seen_sha.add(sha)
-                row = sidecar.get(i)
-                kept.append(
-                    SampledFrame(
-                        frame_hash=sha,
-                        frame=f"frames/{sha}.png",
-                        phash=f"{phash:016x}",
-                        game=w.game,
-                        level=s["level"],
-                        source=w.source,
-                        walkthrough=w.name,
-                        frame_index=i,
-                        timestamp_s=i / w.fps,
-                        state=None if row is None else json.dumps(row, sort_keys=True),
-                    )
-                )
-                pngs[sha] = data
+                found = distinct(decoded[i], w, s["level"], i, sidecar)
+                if found is not None:
+                    kept.append(found[0])
+                    pngs[found[0].frame_hash] = found[1]
             segments.append(((w.game, s["level"]), s["end_s"] - s["start_s"], want, kept))
     counts = [want for _, _, want, _ in segments]
     if config.total_frames is not None:
@@ -290,18 +371,63 @@ def sample_frames(
             for j, count in zip(mine, split, strict=True):
                 counts[j] = count
     samples: list[SampledFrame] = []
+    unused: list[SampledFrame] = []  # distinct candidates the first draw thinned away
     for (_, _, _, kept), count in zip(segments, counts, strict=True):
-        for sample in _evenly(kept, count):
-            target = out / sample.frame
-            if not target.exists():  # content-addressed: an existing file is identical
-                write_bytes_atomic(target, pngs[sample.frame_hash])
+        drawn = _evenly(kept, count)
+        chosen = {sample.frame_hash for sample in drawn}
+        unused += [sample for sample in kept if sample.frame_hash not in chosen]
+        for sample in drawn:
+            _save_png(out / sample.frame, pngs[sample.frame_hash])
             samples.append(sample)
     write_table(out / SAMPLES_FILE, [s.__dict__ for s in samples])
+    reserve_path = out / RESERVE_FILE
+    if config.target_train_rows is None:
+        reserve_path.unlink(missing_ok=True)  # a reserve of an earlier config would mislead
+        return samples
+    reserve = list(unused)
+    for sample in unused:
+        _save_png(out / sample.frame, pngs[sample.frame_hash])
+    pngs.clear()
+    for w in walkthroughs:  # then every frame index the first pass did not look at
+        segment_of: dict[int, str] = {}
+        for number, s in enumerate(w.segments):
+            for i in uniform_indices(s["start_s"], s["end_s"], w.fps, w.frame_count, w.frame_count):
+                if i not in candidates_of[(w.name, number)]:
+                    segment_of.setdefault(i, s["level"])
+        for i, pixels in _stream(w.video, set(segment_of), w.name, config.show_progress):
+            found = distinct(pixels, w, segment_of[i], i, sidecars[w.name])
+            if found is not None:
+                _save_png(out / found[0].frame, found[1])
+                reserve.append(found[0])
+    # video order within a level (the walkthroughs in turn), then the draw order
+    position = {w.name: n for n, w in enumerate(walkthroughs)}
+    reserve.sort(key=lambda f: (position[f.walkthrough], f.frame_index))
+    write_table(reserve_path, [s.__dict__ for s in draw_order(reserve)])
     return samples
 
 
-def load_samples(out_dir: str | Path) -> list[SampledFrame]:
-    path = Path(out_dir) / SAMPLES_FILE
+def _save_png(target: Path, data: bytes) -> None:
+    if not target.exists():  # content-addressed: an existing file is identical
+        write_bytes_atomic(target, data)
+
+
+def _read_frames(path: Path) -> list[SampledFrame]:
     if not pq.read_metadata(path).num_rows:
         return []
     return [SampledFrame(**row) for row in read_table(path)]
+
+
+def load_samples(out_dir: str | Path) -> list[SampledFrame]:
+    """The first draw (``samples.parquet``)."""
+    return _read_frames(Path(out_dir) / SAMPLES_FILE)
+
+
+def load_reserve(out_dir: str | Path) -> list[SampledFrame]:
+    """The reserve in draw order (``reserve.parquet``, written with ``target_train_rows``)."""
+    path = Path(out_dir) / RESERVE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: these samples were drawn without sampling.target_train_rows; "
+            "rerun the sample stage (odyssey curate sample) with it set"
+        )
+    return _read_frames(path)

@@ -47,6 +47,7 @@ __all__ = [
     "ValidationConfig",
     "ValidationFailed",
     "ValidationOutcome",
+    "failed_expectations",
     "row_checks",
     "validate_annotations",
 ]
@@ -242,6 +243,55 @@ def _extra_copies(df: Any, positions: Sequence[int]) -> list[int]:
     return [p for p in positions if first[df["frame_hash"].iloc[p]] != p]
 
 
+def _run_suite(
+    rows: Sequence[dict[str, Any]], root: Path, config: ValidationConfig, game: str
+) -> tuple[dict[int, list[str]], list[dict[str, Any]], Any, Any]:
+    """The suite on ``rows``: {row position: failed expectation names}, the per-expectation
+    summaries, and GX's context and result (None for no rows)."""
+    import pandas as pd
+
+    from odyssey_core.envs.pyboy.levels import MARIO_LEVELS, ODLAND_LEVELS
+
+    levels = config.levels or list(ODLAND_LEVELS if game == "odland" else MARIO_LEVELS)
+    enriched = [{**{c: row.get(c) for c in REQUIRED}, **row_checks(row, root)} for row in rows]
+    failed: dict[int, list[str]] = {}
+    checks: list[dict[str, Any]] = []
+    if not enriched:
+        return failed, checks, None, None
+    df = pd.DataFrame(enriched)
+    context = _gx_context()
+    result = _run_gx(context, df, _suite(config, levels))
+    for item in result.results:
+        name = _name(item)
+        indices = [int(i) for i in item.result.get("unexpected_index_list") or []]
+        if name == UNIQUE_HASH:
+            indices = _extra_copies(df, indices)  # the first copy of a frame is kept
+        for position in indices:
+            failed.setdefault(int(position), []).append(name)
+        checks.append(
+            {
+                "name": name,
+                "success": bool(item.success),
+                "unexpected_count": int(item.result.get("unexpected_count") or 0),
+            }
+        )
+    return failed, checks, context, result
+
+
+def failed_expectations(
+    rows: Sequence[dict[str, Any]],
+    frames_root: str | Path,
+    config: ValidationConfig | None = None,
+    *,
+    game: str = "odland",
+) -> dict[int, list[str]]:
+    """The rows :func:`validate_annotations` would quarantine, by position, with the names of
+    what each failed; writes nothing. A row's verdict depends on that row alone (a duplicated
+    frame: on the rows before it), so it holds for any prefix of ``rows`` as well."""
+    failed, _, _, _ = _run_suite(rows, Path(frames_root), config or ValidationConfig(), game)
+    return failed
+
+
 def validate_annotations(
     rows: Sequence[dict[str, Any]],
     frames_root: str | Path,
@@ -251,37 +301,10 @@ def validate_annotations(
     game: str = "odland",
 ) -> ValidationOutcome:
     """Validate annotation rows; writes validation.json/html (and quarantine.parquet)."""
-    import pandas as pd
-
-    from odyssey_core.envs.pyboy.levels import MARIO_LEVELS, ODLAND_LEVELS
-
     config = config or ValidationConfig()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    root = Path(frames_root)
-    levels = config.levels or list(ODLAND_LEVELS if game == "odland" else MARIO_LEVELS)
-    enriched = [{**{c: row.get(c) for c in REQUIRED}, **row_checks(row, root)} for row in rows]
-    failed: dict[int, list[str]] = {}
-    checks: list[dict[str, Any]] = []
-    context = result = None
-    if enriched:
-        df = pd.DataFrame(enriched)
-        context = _gx_context()
-        result = _run_gx(context, df, _suite(config, levels))
-        for item in result.results:
-            name = _name(item)
-            indices = [int(i) for i in item.result.get("unexpected_index_list") or []]
-            if name == UNIQUE_HASH:
-                indices = _extra_copies(df, indices)  # the first copy of a frame is kept
-            for position in indices:
-                failed.setdefault(int(position), []).append(name)
-            checks.append(
-                {
-                    "name": name,
-                    "success": bool(item.success),
-                    "unexpected_count": int(item.result.get("unexpected_count") or 0),
-                }
-            )
+    failed, checks, context, result = _run_suite(rows, Path(frames_root), config, game)
     passed, quarantined = [], []
     for position, row in enumerate(rows):
         if position in failed:
