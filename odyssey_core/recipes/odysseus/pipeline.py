@@ -418,6 +418,8 @@ def stage_annotate(
 
     config = _curate_config(cfg)
     params = _section(config, "game", "teacher")
+    if config.sampling.target_train_rows is not None:  # the top-up reads quarantine and split
+        params.update(_section(config, "validation", "val_share"))
 
     def body(ctx: StageContext) -> dict[str, Any]:
         ctx.fetch_inputs(ctx.work / "out")
