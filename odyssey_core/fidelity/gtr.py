@@ -36,7 +36,15 @@ import yaml
 
 from odyssey_core.config import config_dir, deep_merge
 from odyssey_core.eval.stats import wilson_interval
-from odyssey_core.fidelity.report import FidelityReport, Figure, Finding, Series, Table
+from odyssey_core.fidelity.report import (
+    FidelityReport,
+    Figure,
+    Finding,
+    Headroom,
+    Series,
+    Table,
+    report_for,
+)
 from odyssey_core.fidelity.run import FidelityRun
 from odyssey_core.fidelity.stats import combine, format_mean_se, mean_se, ordering, seed_band
 from odyssey_core.recipes.gtr.corrector import (
@@ -286,25 +294,57 @@ def _curve(history: list[dict[str, float]]) -> dict[str, list[float]]:
     return out
 
 
-def _warm_start(run: FidelityRun, env: str, seed: int, sizes: GTRSizes, quick: bool) -> Path:
-    """The format warm-up's policy folder for (env, seed), trained once and cached."""
+def sized_settings(
+    preset: str, env: str, model: Path, seed: int, sizes: GTRSizes, lr: float, method: Method
+) -> GTRSettings:
+    """:func:`gtr_settings` of one run of the comparison: its preset and corrector at
+    ``sizes``' rollout sizes."""
+    return gtr_settings(
+        ABLATIONS / f"{preset}.yaml",
+        env,
+        model,
+        seed=seed,
+        lr=lr,
+        max_steps=sizes.max_steps,
+        turns_per_step=sizes.turns_per_step,
+        max_new_tokens=sizes.max_new_tokens,
+        corrector=method.corrector,
+        corrector_kwargs=method.corrector_kwargs,
+    )
+
+
+#: the format warm-up: SFT-only's cloning (PPO off) of the exact corrector's whole answers
+WARM_UP = Method("warm-up", "sft_only", "programmatic", {})
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The format warm-up of one (env, seed): its policy folder and its evaluation on the
+    comparison's fixed deals (what every method starts from, before any RL)."""
+
+    policy_dir: Path
+    successes: list[bool]
+    summary: dict[str, float]
+
+    @property
+    def success_rate(self) -> float:
+        return float(np.mean(self.successes)) if self.successes else math.nan
+
+
+def _warm_start(run: FidelityRun, env: str, seed: int, sizes: GTRSizes, quick: bool) -> WarmStart:
+    """The format warm-up for (env, seed), trained and evaluated once and cached."""
     from odyssey_core.recipes.gtr.train import build_trainer
     from odyssey_core.rl.checkpoint import policy_dir
 
-    key = f"gtr-warm-{env}-seed{seed}-steps{sizes.warmup_steps}-quick{int(quick)}"
+    key = (
+        f"gtr-warm-{env}-seed{seed}-steps{sizes.warmup_steps}-eval{sizes.episodes}"
+        f"-quick{int(quick)}"
+    )
     out = run.work_dir / "warm" / key
 
     def compute() -> dict[str, Any]:
-        settings = gtr_settings(
-            ABLATIONS / "sft_only.yaml",
-            env,
-            _base_model(run),
-            seed=seed,
-            lr=sizes.warmup_lr,
-            max_steps=sizes.max_steps,
-            turns_per_step=sizes.turns_per_step,
-            max_new_tokens=sizes.max_new_tokens,
-            corrector="programmatic",
+        settings = sized_settings(
+            WARM_UP.preset, env, _base_model(run), seed, sizes, sizes.warmup_lr, WARM_UP
         )
         settings = settings.model_copy(
             update={"sft": settings.sft.model_copy(update={"target": "full_response"})}
@@ -312,9 +352,15 @@ def _warm_start(run: FidelityRun, env: str, seed: int, sizes: GTRSizes, quick: b
         trainer = build_trainer(settings, out)
         try:
             train_for({"warm": trainer}, steps=sizes.warmup_steps)
-            return {"policy_dir": str(policy_dir(trainer.save()))}
+            folder = policy_dir(trainer.save())
+            evaluation = evaluate(trainer, sizes.episodes)
         finally:
             trainer.close()
+        return {
+            "policy_dir": str(folder),
+            "successes": [bool(x) for x in evaluation.successes],
+            "summary": {k: float(v) for k, v in evaluation.summary().items()},
+        }
 
     result = run.cached(key, compute)
     folder = Path(result["policy_dir"])
@@ -323,7 +369,7 @@ def _warm_start(run: FidelityRun, env: str, seed: int, sizes: GTRSizes, quick: b
             f"the cached warm-up {key} points at {folder}, which is gone: delete "
             f"{run.cache_path(key)} to train it again"
         )
-    return folder
+    return WarmStart(folder, list(result["successes"]), dict(result["summary"]))
 
 
 def train_and_evaluate(
@@ -332,18 +378,7 @@ def train_and_evaluate(
     """One (env, method, seed): train ``steps`` RL steps from ``start``, evaluate on fixed deals."""
     from odyssey_core.recipes.gtr.train import build_trainer
 
-    settings = gtr_settings(
-        ABLATIONS / f"{method.preset}.yaml",
-        env,
-        start,
-        seed=seed,
-        lr=sizes.lr,
-        max_steps=sizes.max_steps,
-        turns_per_step=sizes.turns_per_step,
-        max_new_tokens=sizes.max_new_tokens,
-        corrector=method.corrector,
-        corrector_kwargs=method.corrector_kwargs,
-    )
+    settings = sized_settings(method.preset, env, start, seed, sizes, sizes.lr, method)
     folder = run.work_dir / "runs" / env / method.name.replace(" ", "_") / f"seed{seed}"
     corrector = build_corrector(method.corrector, method.corrector_kwargs)
     trainer = build_trainer(settings, folder, corrector=corrector)
@@ -371,6 +406,35 @@ def first_and_last_fifth(curve: list[float]) -> tuple[float, float]:
     return mean_se(curve[:k])[0], mean_se(curve[-k:])[0]
 
 
+def fifths(
+    by_method: Mapping[str, Mapping[int, Mapping[str, Any]]], metric: str
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per method, the per-seed means of a training curve over its first and its last fifth."""
+    pairs = {
+        m: [first_and_last_fifth(r["curve"][metric]) for r in per.values()]
+        for m, per in by_method.items()
+    }
+    first = {m: [f for f, _ in p] for m, p in pairs.items()}
+    last = {m: [end for _, end in p] for m, p in pairs.items()}
+    return first, last
+
+
+def warm_headroom(env: str, per_seed: Mapping[int, WarmStart], episodes: int) -> Headroom:
+    """The warm start's success rate on the evaluation deals, between 0 (no deal solved) and
+    1 (every deal solved: the exact corrector's answers do)."""
+    rates = [w.success_rate for w in per_seed.values()]
+    solved = sum(sum(w.successes) for w in per_seed.values())
+    return Headroom(
+        metric="success rate",
+        warm_start=mean_se(rates)[0],
+        floor=0.0,
+        ceiling=1.0,
+        label=env,
+        note=f"{solved} of {episodes * len(per_seed)} deals solved by the warm-up's models "
+        "before RL; the exact corrector solves every one",
+    )
+
+
 def run_gtr(run: FidelityRun) -> FidelityReport:
     """The comparison end to end; see the module docstring."""
     started = time.perf_counter()
@@ -379,11 +443,14 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
     steps = int(run.budget_or(sizes.steps, sizes.steps))
     seeds = run.seed_list()
     results: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
+    warm: dict[str, dict[int, WarmStart]] = {}
     openai_line = ""
     for env in sizes.envs:
         results[env] = {}
+        warm[env] = {}
         for seed in seeds:
-            start = _warm_start(run, env, seed, sizes, run.quick)
+            warm[env][seed] = _warm_start(run, env, seed, sizes, run.quick)
+            start = warm[env][seed].policy_dir
             listed, openai_line = methods(sizes, seed, os.environ)
             for method in listed:
                 key = (
@@ -419,24 +486,11 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
                     else "Points24 is in the paper's Fig. 6 (RL4VLM 2.5%, SFT-only 11%, GTR 17.5%)",
                 )
             )
-        first_last = {
-            m: [first_and_last_fifth(r["curve"]["distinct_2"]) for r in per.values()]
-            for m, per in by_method.items()
-        }
+        first, last = fifths(by_method, "distinct_2")
         rl_falls = ordering(
-            "RL4VLM first fifth",
-            [f for f, _ in first_last["RL4VLM"]],
-            "RL4VLM last fifth",
-            [last for _, last in first_last["RL4VLM"]],
-            ">",
+            "RL4VLM first fifth", first["RL4VLM"], "RL4VLM last fifth", last["RL4VLM"], ">"
         )
-        gtr_holds = ordering(
-            "GTR last fifth",
-            [last for _, last in first_last["GTR"]],
-            "GTR first fifth",
-            [f for f, _ in first_last["GTR"]],
-            ">=",
-        )
+        gtr_holds = ordering("GTR last fifth", last["GTR"], "GTR first fifth", first["GTR"], ">=")
         findings.append(
             Finding(
                 claim=f"{env}: RL4VLM's thoughts collapse (distinct-2 falls), GTR's do not",
@@ -470,6 +524,28 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
                     f"{np.mean([r['corrector'].get('injected_errors', 0) for r in runs]):.0f}",
                 ]
             )
+        warm_rates = [w.success_rate for w in warm[env].values()]
+        pooled = [bool(x) for w in warm[env].values() for x in w.successes]
+        low, high = wilson_interval(sum(pooled), len(pooled))
+        rows.insert(
+            0,
+            [
+                "warm start (before RL)",
+                len(warm_rates),
+                format_mean_se(warm_rates),
+                f"[{low:.2f}, {high:.2f}] of {len(pooled)}",
+                format_mean_se([w.summary["mean_return"] for w in warm[env].values()], 2),
+                format_mean_se(
+                    [w.summary.get("collapse/valid_rate", math.nan) for w in warm[env].values()]
+                ),
+                format_mean_se(
+                    [w.summary.get("collapse/distinct_2", math.nan) for w in warm[env].values()]
+                ),
+                "0",
+                "",
+                "",
+            ],
+        )
         tables.append(
             Table(
                 f"{env}: final models on {sizes.episodes} fixed deals",
@@ -522,6 +598,10 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
             )
         )
 
+    warm_data = {
+        env: {seed: {"successes": w.successes, "summary": w.summary} for seed, w in per.items()}
+        for env, per in warm.items()
+    }
     noisy = describe_corrector("noisy_programmatic", {"error_rate": sizes.error_rate})
     setup = [
         f"Sizes ({'quick' if run.quick else 'default'}): {asdict(sizes)}; RL steps per run "
@@ -552,18 +632,17 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
         "Verdicts are one-sided Welch tests over the training seeds' numbers: a gap smaller "
         "than the seeds' spread reads 'cannot tell', whatever its sign.",
     ]
-    return FidelityReport(
-        name="gtr",
+    return report_for(
+        run,
+        "gtr",
         title="GTR on the gym_cards games: RL4VLM vs GTR vs SFT-only",
         paper="GTR: Guided Thought Reinforcement (Table 1, Fig. 5, Fig. 6)",
-        command=run.command or "odyssey bench fidelity --comparison gtr",
         setup=setup,
         findings=findings,
         tables=tables,
         figures=figures,
         caveats=caveats,
-        seeds=len(seeds),
-        quick=run.quick,
+        headroom=[warm_headroom(env, warm[env], sizes.episodes) for env in sizes.envs],
         elapsed_s=time.perf_counter() - started,
-        data={"sizes": asdict(sizes), "steps": steps, "results": results},
+        data={"sizes": asdict(sizes), "steps": steps, "results": results, "warm": warm_data},
     )

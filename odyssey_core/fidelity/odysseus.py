@@ -34,7 +34,15 @@ from odyssey_core.fidelity.odysseus_engine import (
     format_warmup,
     mix_frames,
 )
-from odyssey_core.fidelity.report import FidelityReport, Figure, Finding, Series, Table
+from odyssey_core.fidelity.report import (
+    FidelityReport,
+    Figure,
+    Finding,
+    Headroom,
+    Series,
+    Table,
+    report_for,
+)
 from odyssey_core.fidelity.run import FidelityRun
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings, load_train_settings
 
@@ -202,6 +210,43 @@ def scenario() -> tuple[str, bytes]:
             "`odyssey scenario make tall-pipe-two-walkers`"
         )
     return level, Path(path).read_bytes()
+
+
+def scenario_ends() -> tuple[float, float]:
+    """The scenario's floor and ceiling of progress: where its start state stands (a policy
+    that stands still ends there) and the level's goal (the env's ``max_progress``)."""
+    from odyssey_core.envs import make_env
+
+    level, state = scenario()
+    env = make_env(level, max_turns=1)
+    try:
+        _, info = env.reset(seed=EVAL_SEED, options={"state": state})
+    finally:
+        env.close()
+    if info.get("max_progress") is None:
+        raise RuntimeError(f"{level} reports no max_progress: its goal is not known")
+    return float(info["progress"]), float(info["max_progress"])
+
+
+def progress_headroom(metric: str, warm_start: list[float], size: OdysseusSize) -> Headroom:
+    """The warm start's mean evaluation progress between the scenario's two ends."""
+    floor, ceiling = scenario_ends()
+    return Headroom(
+        metric=metric,
+        warm_start=stats.mean_se(warm_start)[0],
+        floor=floor,
+        ceiling=ceiling,
+        label=f"{SCENARIO}.yaml scenario, {size.eval_turns}-turn evaluation episodes",
+        note="floor: the start state's progress (standing still); ceiling: the level's goal",
+    )
+
+
+def _report(
+    run: FidelityRun, name: str, title: str, data: dict[str, Any], **parts: Any
+) -> FidelityReport:
+    """One of the two Odysseus reports: the paper, and its run's size and budget in ``data``."""
+    sizes = {"size": asdict(size_of(run)), "budget_turn_samples": budget_of(run)}
+    return report_for(run, name, title=title, paper=PAPER, data=sizes | data, **parts)
 
 
 def warm_checkpoint(run: FidelityRun, size: OdysseusSize, seed: int) -> Path:
@@ -497,25 +542,17 @@ def run_estimators(run: FidelityRun) -> FidelityReport:
         "seeds (--seeds) and a larger --budget are what give a test more power.",
         "Wall clock is of RL steps only on a shared CPU; the critic's cost share differs on GPUs.",
     ]
-    return FidelityReport(
-        name="odysseus-estimators",
-        title="Odysseus Fig. 4a at CPU scale: seven advantage estimators",
-        paper=PAPER,
-        command=run.command,
+    return _report(
+        run,
+        "odysseus-estimators",
+        "Odysseus Fig. 4a at CPU scale: seven advantage estimators",
+        {"warm": warm, "results": results, "equal_wall_s": at},
         setup=setup,
         findings=findings,
         tables=[table],
         figures=figures,
         caveats=caveats,
-        seeds=len(seeds),
-        quick=run.quick,
-        data={
-            "size": asdict(size),
-            "budget_turn_samples": budget,
-            "warm": warm,
-            "results": results,
-            "equal_wall_s": at,
-        },
+        headroom=[progress_headroom("final evaluation progress", before, size)],
     )
 
 
@@ -737,23 +774,15 @@ def run_sb3(run: FidelityRun) -> FidelityReport:
         "over the expert's actions; at a budget this small the start counts for much of the "
         "final score, so the warm start's evaluation is given beside the VLM's.",
     ]
-    return FidelityReport(
-        name="odysseus-sb3",
-        title="Odysseus Fig. 4b at CPU scale: VLM RL vs SB3 PPO",
-        paper=PAPER,
-        command=run.command,
+    return _report(
+        run,
+        "odysseus-sb3",
+        "Odysseus Fig. 4b at CPU scale: VLM RL vs SB3 PPO",
+        {"vlm": vlm, "warm": warm, "sb3": sb3},
         setup=setup,
         findings=findings,
         tables=[table],
         figures=figures,
         caveats=caveats,
-        seeds=len(seeds),
-        quick=run.quick,
-        data={
-            "size": asdict(size),
-            "budget_turn_samples": budget,
-            "vlm": vlm,
-            "warm": warm,
-            "sb3": sb3,
-        },
+        headroom=[progress_headroom("VLM's best evaluation progress", warm_best, size)],
     )

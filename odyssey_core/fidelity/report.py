@@ -20,9 +20,20 @@ from pathlib import Path
 from typing import Any
 
 from odyssey_core.common.tables import html_table, markdown_table
+from odyssey_core.fidelity.run import FidelityRun
 from odyssey_core.fidelity.stats import Band, Verdict
 
 REPORT_FILES = ("report.md", "report.html", "report.json")
+#: A warm start this close to an end (a share of the range) sits at it: the comparison cannot
+#: move that way, and a metric at its floor cannot show a gap between arms.
+AT_END_TOLERANCE = 0.02
+#: The rule of thumb for a warm start with room to move both ways (shares of the range).
+ROOM_LOW, ROOM_HIGH = 0.1, 0.8
+FLAG_REASONS = {
+    "at": " (no room to move that way: at this end the arms cannot be told apart)",
+    "near": f" (outside the {ROOM_LOW:.0%}-{ROOM_HIGH:.0%} rule of thumb)",
+    "unknown": " (the warm start was not measured)",
+}
 
 
 @dataclass
@@ -34,6 +45,75 @@ class Finding:
     measurement: str
     verdict: Verdict
     note: str = ""
+
+
+@dataclass
+class Headroom:
+    """Where a comparison's warm start (the model every arm trains from) sits on its primary
+    metric, between the metric's floor and its ceiling; ``label`` names the part of the
+    comparison (a game, a scenario) when it has several, ``note`` where the ends come from."""
+
+    metric: str
+    warm_start: float
+    floor: float
+    ceiling: float
+    label: str = ""
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.ceiling > self.floor:
+            raise ValueError(
+                f"headroom of {self.metric!r}: the ceiling ({self.ceiling}) must be above the "
+                f"floor ({self.floor})"
+            )
+
+    @property
+    def position(self) -> float:
+        """The warm start as a share of the range: 0 at the floor, 1 at the ceiling."""
+        return (self.warm_start - self.floor) / (self.ceiling - self.floor)
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``at floor`` / ``at ceiling`` (within AT_END_TOLERANCE of an end, or past
+        it), ``near floor`` / ``near ceiling`` (outside ROOM_LOW-ROOM_HIGH: a softer warning),
+        or ``unknown`` (no warm-start number)."""
+        position = self.position
+        if not math.isfinite(position):
+            return "unknown"
+        if position <= AT_END_TOLERANCE:
+            return "at floor"
+        if position >= 1 - AT_END_TOLERANCE:
+            return "at ceiling"
+        if position < ROOM_LOW:
+            return "near floor"
+        if position > ROOM_HIGH:
+            return "near ceiling"
+        return "ok"
+
+    @property
+    def flagged(self) -> bool:
+        return self.status != "ok"
+
+    def describe(self) -> str:
+        """One line: the metric, the warm start between its ends, and the flag if any."""
+        where = f" ({self.label})" if self.label else ""
+        position = self.position
+        share = f", {100 * position:.0f}% of the range" if math.isfinite(position) else ""
+        line = (
+            f"{self.metric}{where}: warm start {_cell(self.warm_start)} between floor "
+            f"{_cell(self.floor)} and ceiling {_cell(self.ceiling)}{share}"
+        )
+        if self.flagged:
+            line += f". **Flag: {self.status}**{FLAG_REASONS[self.status.split()[0]]}"
+        return line + (f". {self.note}" if self.note else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **{k: _jsonable(v) for k, v in dataclasses.asdict(self).items()},
+            "position": _jsonable(self.position),
+            "status": self.status,
+            "flagged": self.flagged,
+        }
 
 
 @dataclass
@@ -80,6 +160,7 @@ class FidelityReport:
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)  # what this can and cannot show
+    headroom: list[Headroom] = field(default_factory=list)  # each warm start between its ends
     seeds: int = 0
     quick: bool = False
     elapsed_s: float = 0.0
@@ -90,6 +171,24 @@ class FidelityReport:
     @property
     def verdicts(self) -> dict[str, str]:
         return {f.claim: f.verdict.value for f in self.findings}
+
+    @property
+    def headroom_flags(self) -> list[str]:
+        """One line per flagged warm start (empty: every one has room both ways)."""
+        return [h.describe() for h in self.headroom if h.flagged]
+
+
+def report_for(run: FidelityRun, name: str, **parts: Any) -> FidelityReport:
+    """A comparison's report with what every one takes from its run: the command line (the
+    comparison's own when the run names none), the number of seeds and the size; ``parts`` are
+    the report's other fields (title, paper, setup, findings, headroom, ...)."""
+    return FidelityReport(
+        name=name,
+        command=run.command or f"odyssey bench fidelity --comparison {name}",
+        seeds=run.seeds,
+        quick=run.quick,
+        **parts,
+    )
 
 
 def _cell(value: Any) -> str:
@@ -168,6 +267,13 @@ def to_markdown(report: FidelityReport, figure_paths: dict[str, str]) -> str:
     ]
     notes = [f for f in report.findings if f.note]
     lines += [f"- *{f.claim}*: {f.note}" for f in notes] + ([""] if notes else [])
+    lines += ["## Headroom of the warm start", "", *(f"- {h.describe()}" for h in report.headroom)]
+    if report.headroom_flags:
+        lines.append(
+            f"- **{len(report.headroom_flags)} of {len(report.headroom)} warm starts flagged**: "
+            "a flagged comparison speaks about the warm start more than about the methods."
+        )
+    lines.append("")
     lines += ["## Setup", "", *(f"- {s}" for s in report.setup), ""]
     for table in report.tables:
         lines += [f"## {table.title}", "", *_md_table(table.headers, table.rows), ""]
@@ -191,7 +297,7 @@ def to_html(report: FidelityReport, pngs: dict[str, Path]) -> str:
         "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}"
         "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;"
         "padding:.25em .5em;font-size:90%}.holds{color:#070}.does-not-hold{color:#a00}"
-        ".cannot-tell-at-this-power{color:#666}</style></head><body>",
+        ".cannot-tell-at-this-power{color:#666}.flagged{color:#a60;font-weight:bold}</style></head><body>",
         f"<h1>{esc(report.title)}</h1>",
         f"<p>Paper: {esc(report.paper)}. Seeds: {report.seeds}. "
         f"{'Quick size (a smoke size: no reading). ' if report.quick else ''}"
@@ -208,6 +314,13 @@ def to_html(report: FidelityReport, pngs: dict[str, Path]) -> str:
         )
     parts.append("</tbody></table>")
     parts += [f"<p><i>{esc(f.claim)}</i>: {esc(f.note)}</p>" for f in report.findings if f.note]
+    parts.append("<h2>Headroom of the warm start</h2><ul>")
+    parts += [
+        f"<li class='{'flagged' if h.flagged else 'room'}'>"
+        f"{esc(h.describe()).replace('**', '')}</li>"
+        for h in report.headroom
+    ]
+    parts.append("</ul>")
     parts.append("<h2>Setup</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in report.setup))
     parts.append("</ul>")
     for table in report.tables:
@@ -252,6 +365,8 @@ def write_report(report: FidelityReport, out_dir: str | Path) -> Path:
     (out / "report.html").write_text(to_html(report, pngs), encoding="utf-8")
     payload = _jsonable(report)
     payload["verdicts"] = report.verdicts
+    payload["headroom"] = [h.to_json() for h in report.headroom]
+    payload["headroom_flags"] = report.headroom_flags
     payload["figure_files"] = relative
     (out / "report.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     return out / "report.md"
@@ -271,7 +386,7 @@ def check_report(folder: str | Path) -> list[str]:
         data = json.loads((folder / "report.json").read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         return [f"report.json is not JSON: {err}"]
-    for key in ("name", "title", "paper", "command", "setup", "findings", "seeds"):
+    for key in ("name", "title", "paper", "command", "setup", "findings", "seeds", "headroom"):
         if key not in data:
             problems.append(f"report.json has no {key!r}")
     findings = data.get("findings") or []
@@ -287,6 +402,15 @@ def check_report(folder: str | Path) -> list[str]:
             problems.append(f"finding {f.get('claim')!r} has no measurement")
         if str(f.get("claim")) not in markdown:
             problems.append(f"report.md does not state the claim {f.get('claim')!r}")
+    headroom = data.get("headroom") or []
+    if "headroom" in data and not headroom:
+        problems.append("the report states no headroom (its warm start's floor and ceiling)")
+    for entry in headroom:
+        missing = [k for k in ("metric", "warm_start", "floor", "ceiling") if k not in entry]
+        if missing:
+            problems.append(f"a headroom entry has no {', '.join(missing)}: {entry}")
+    if headroom and "## Headroom of the warm start" not in markdown:
+        problems.append("report.md does not state the headroom")
     for name, rel in (data.get("figure_files") or {}).items():
         png = folder / rel
         if not png.is_file() or png.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":

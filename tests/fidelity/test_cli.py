@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from odyssey_core.cli import main
 from odyssey_core.fidelity import COMPARISONS, PAPERS, FidelityRun, comparisons_of
-from odyssey_core.fidelity.report import FidelityReport, Finding
+from odyssey_core.fidelity.report import FidelityReport, Finding, Headroom
 from odyssey_core.fidelity.stats import Verdict
 
 LAZY = {
@@ -33,7 +33,9 @@ def recorded() -> Iterator[list[FidelityRun]]:
         def run(fidelity: FidelityRun) -> FidelityReport:
             runs.append(fidelity)
             finding = Finding(f"{name} claim", "Fig. 1", "1 vs 0", Verdict.CANNOT_TELL)
-            return FidelityReport(name, name, "paper", fidelity.command, ["setup"], [finding])
+            report = FidelityReport(name, name, "paper", fidelity.command, ["setup"], [finding])
+            report.headroom = [Headroom("score", 0.5, 0.0, 1.0)]
+            return report
 
         return run
 

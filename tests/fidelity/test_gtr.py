@@ -35,6 +35,13 @@ def test_quick_report_is_well_formed(quick_run: tuple[FidelityRun, Path]) -> Non
     assert "noisy_programmatic" in setup and "not an oracle" in setup
     assert "openai" in setup  # trained or skipped, and said which
     assert data["seeds"] == 2 and data["quick"] is True
+    headroom = {h["label"]: h for h in data["headroom"]}
+    assert set(headroom) == set(gtr.QUICK_SIZES.envs)
+    for entry in headroom.values():  # the warm-up's success on the deals, between 0 and 1
+        assert (entry["metric"], entry["floor"], entry["ceiling"]) == ("success rate", 0.0, 1.0)
+        warm = data["data"]["warm"][entry["label"]]
+        rates = [sum(w["successes"]) / len(w["successes"]) for w in warm.values()]
+        assert entry["warm_start"] == pytest.approx(sum(rates) / len(rates))
 
 
 def test_rerun_reads_every_result_from_the_cache(

@@ -51,6 +51,11 @@ def test_estimators_quick_report(estimators_out: Path) -> None:
     assert set(data["figure_files"]) == {"estimators_vs_turns", "estimators_vs_wall"}
     assert set(data["data"]["results"]) == set(odysseus.ESTIMATOR_LABELS)
     assert data["seeds"] == 2 and data["quick"] is True
+    (headroom,) = data["headroom"]  # the warm start between standing still and the goal
+    floor, ceiling = odysseus.scenario_ends()
+    assert (headroom["floor"], headroom["ceiling"]) == (floor, ceiling) and floor < ceiling
+    warm = [w["mean"] for w in data["data"]["warm"].values()]
+    assert headroom["warm_start"] == pytest.approx(sum(warm) / len(warm))
 
 
 def test_estimators_rerun_reads_the_cache(estimators_out: Path, monkeypatch) -> None:

@@ -11,9 +11,11 @@ from odyssey_core.fidelity.report import (
     FidelityReport,
     Figure,
     Finding,
+    Headroom,
     Series,
     Table,
     check_report,
+    report_for,
     write_report,
 )
 from odyssey_core.fidelity.run import FidelityRun
@@ -38,6 +40,7 @@ def sample_report() -> FidelityReport:
             Figure("bars", "Final", "method", "score", [Series("A", [0], [1.0], [0.1])], "bar"),
         ],
         caveats=["small model"],
+        headroom=[Headroom("score", 0.4, 0.0, 1.0, label="game A")],
         seeds=2,
         data={"A": [1.0, float("nan")]},
     )
@@ -144,3 +147,83 @@ def test_a_report_says_how_much_came_from_the_cache(tmp_path: Path) -> None:
     report.elapsed_s, report.cached_results, report.computed_results = 90.0, 3, 1
     text = write_report(report, tmp_path).read_text()
     assert "Wall clock: 1.5 min (3 of 4 results read from an earlier run's cache)." in text
+
+
+@pytest.mark.parametrize(
+    ("warm_start", "status"),
+    [
+        (0.0, "at floor"),
+        (0.01, "at floor"),
+        (-0.5, "at floor"),
+        (0.05, "near floor"),
+        (0.4, "ok"),
+        (0.9, "near ceiling"),
+        (1.0, "at ceiling"),
+        (float("nan"), "unknown"),
+    ],
+)
+def test_headroom_status_places_the_warm_start_in_its_range(warm_start, status) -> None:
+    headroom = Headroom("success", warm_start, 0.0, 1.0)
+    assert headroom.status == status
+    assert headroom.flagged == (status != "ok")
+
+
+def test_headroom_of_a_scaled_range_reads_shares_of_it() -> None:
+    assert Headroom("progress", 1232, 1156, 1448).status == "ok"  # 26% of the range
+    assert Headroom("progress", 1160, 1156, 1448).status == "at floor"
+    with pytest.raises(ValueError, match=r"ceiling .* must be above the floor"):
+        Headroom("progress", 1.0, 2.0, 2.0)
+
+
+def test_a_warm_start_at_the_floor_is_flagged_in_the_json_and_the_markdown(
+    tmp_path: Path,
+) -> None:
+    report = sample_report()
+    report.headroom.append(Headroom("success", 0.0, 0.0, 1.0, label="game B"))
+    md = write_report(report, tmp_path).read_text()
+    assert check_report(tmp_path) == []
+    data = json.loads((tmp_path / "report.json").read_text())
+    by_label = {h["label"]: h for h in data["headroom"]}
+    assert set(by_label) == {"game A", "game B"}
+    assert by_label["game A"] | {"position": 0.4} == {
+        "metric": "score",
+        "warm_start": 0.4,
+        "floor": 0.0,
+        "ceiling": 1.0,
+        "label": "game A",
+        "note": "",
+        "position": 0.4,
+        "status": "ok",
+        "flagged": False,
+    }
+    assert by_label["game B"]["status"] == "at floor" and by_label["game B"]["flagged"]
+    assert len(data["headroom_flags"]) == 1 and "game B" in data["headroom_flags"][0]
+    assert "score (game A): warm start 0.4 between floor 0 and ceiling 1, 40% of the range" in md
+    assert (
+        "success (game B): warm start 0 between floor 0 and ceiling 1, 0% of the range. "
+        "**Flag: at floor**" in md
+    )
+    assert "1 of 2 warm starts flagged" in md
+    assert "Flag: at floor" in (tmp_path / "report.html").read_text()
+
+
+def test_check_report_wants_the_headroom(tmp_path: Path) -> None:
+    write_report(sample_report(), tmp_path)
+    path = tmp_path / "report.json"
+    data = json.loads(path.read_text())
+    data["headroom"] = [{"metric": "score", "warm_start": 0.4}]
+    path.write_text(json.dumps(data))
+    assert any("headroom entry has no floor, ceiling" in p for p in check_report(tmp_path))
+    data.pop("headroom")
+    path.write_text(json.dumps(data))
+    assert "report.json has no 'headroom'" in check_report(tmp_path)
+
+
+def test_report_for_takes_the_command_seeds_and_size_from_the_run(tmp_path: Path) -> None:
+    run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path, seeds=4, quick=True)
+    report = report_for(run, "sample", title="t", paper="p", setup=[], findings=[])
+    assert (report.command, report.seeds, report.quick) == (
+        "odyssey bench fidelity --comparison sample",
+        4,
+        True,
+    )
