@@ -20,6 +20,7 @@ training seed:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -28,7 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from odyssey_core.config import deep_merge
-from odyssey_core.envs.persona.dataset import generate_episodes, read_dataset, write_dataset
+from odyssey_core.envs.persona.dataset import (
+    PRESETS,
+    generate_episodes,
+    read_dataset,
+    write_dataset,
+)
 from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.fidelity.report import (
     FidelityReport,
@@ -97,10 +103,16 @@ HEADLINE = "step_sr"
 # -- the pieces the bench shares ------------------------------------------------------------------
 
 
-def tiny_dataset(folder: Path, seed: int) -> Path:
-    """The tiny persona preset generated with ``seed``, written once per folder."""
+def tiny_dataset(folder: Path, seed: int, episodes_per_channel: int | None = None) -> Path:
+    """The tiny persona preset generated with ``seed``, written once per folder;
+    ``episodes_per_channel`` draws that many episodes of every channel instead of the
+    preset's two (the same screens, users and stages: only more of them)."""
     if not (folder / "manifest.json").is_file():
-        write_dataset(folder, generate_episodes("tiny", seed), preset="tiny", seed=seed)
+        preset = PRESETS["tiny"]
+        if episodes_per_channel is not None:
+            counts = dict.fromkeys(preset.episodes_per_channel, episodes_per_channel)
+            preset = dataclasses.replace(preset, episodes_per_channel=counts)
+        write_dataset(folder, generate_episodes(preset, seed), preset="tiny", seed=seed)
     return folder
 
 
@@ -120,10 +132,13 @@ def cold_start(
     max_steps: int | None = None,
     history: int | None = None,
     out_name: str = "sft",
+    init: Path | None = None,
 ) -> Path:
     """SFT on the demonstrations of ``data``'s training split with the tiny pipeline's settings
-    (``variant``'s overlay, e.g. ``all_sft``'s epochs; ``epochs`` / ``max_steps`` override);
-    returns the final model folder under ``work/out_name``, reused when it is already there."""
+    (``variant``'s overlay, e.g. ``all_sft``'s epochs; ``epochs`` / ``max_steps`` override),
+    from ``init`` (None: the tiny base model); returns the final model folder under
+    ``work/out_name``, reused when it is already there. The examples are built once per
+    ``data`` folder, under ``work/sft-data-<its name>``."""
     sft: dict[str, Any] = {"settings": {"seed": seed}}
     if epochs is not None:  # the total: all SFT's added RL epochs do not come on top
         sft.update(epochs=epochs, add_rl_epochs=False)
@@ -133,11 +148,11 @@ def cold_start(
     if not cfg.sft.enabled:
         raise ValueError(f"the ESPO variant {variant!r} has no SFT stage")
     settings = load_espo_settings(cfg.train.preset, cfg.train.overrides)
-    examples = work / "sft-data"
+    examples = work / f"sft-data-{data.name}"
     if not (examples / "manifest.json").is_file():
         episodes = read_dataset(data, split="train")
         build_sft_dataset(data, episodes, examples, history_window=history)
-    base = resolve_base_model(settings.model, work)
+    base = init if init is not None else resolve_base_model(settings.model, work)
     result = run_sft(
         espo_sft_settings(cfg),
         examples,
@@ -225,40 +240,54 @@ class EspoSizes:
     """Every size of the comparison; :data:`DEFAULT_SIZES` and :data:`QUICK_SIZES`."""
 
     rl_steps: int  # RL steps per (variant, seed); ``--budget`` overrides it
+    train_episodes_per_channel: int | None  # generated demonstrations (None: the preset's 2)
     sft_epochs: int | None  # cold start (None: the tiny pipeline's epochs)
-    all_sft_epochs: int | None  # all SFT (None: the all_sft variant's epochs)
     sft_max_steps: int | None  # cap on the cold start's optimizer steps (None: the epochs)
+    # all SFT: the cold start trained on, over the same demonstrations, for these epochs capped
+    # at these optimizer steps (the effort the RL variants spend after the cold start)
+    all_sft_epochs: int
     all_sft_max_steps: int | None
     samples_per_step: int  # G, the group of samples per demonstrated episode
     max_new_tokens: int  # in rollouts and in evaluation
-    eval_episodes: int | None  # held-out episodes evaluated (None: all 12)
+    eval_episodes: int | None  # held-out episodes evaluated (None: all of them)
     resamples: int  # episode-bootstrap resamples of each evaluation
 
 
-# About 55 minutes for 3 seeds on 2 CPU cores (an RL step ~15-25 s for one demonstrated
-# episode x G = 3 samples, an evaluation of 8 held-out episodes ~15-40 s, an SFT epoch ~12 s).
-# The cold start gets 6 epochs: after the tiny pipeline's 3 the random model wrote no valid
-# answer (format-valid 0 of 124 held-out steps), so every sampled reward was 0 and no RL variant
-# had a gradient. 10 RL steps are one pass over the 10 training episodes, and all SFT's 7 epochs
-# are the cold start's 6 plus one more, as the paper's all-SFT matches SFT + RL in epochs.
+# The warm start: the tiny pipeline's SFT on 40 generated episodes per channel (the generator is
+# free; the training split holds 8 in 10 of them). Measured on 8 held-out episodes (124 steps,
+# bench/RESULTS.md): the preset's 10 training episodes x 6 epochs give EleAcc and Step SR 0;
+# 20 a channel x 160 optimizer steps of 8 (1280 examples): EleAcc 12.7%, Step SR 9.6%; 20 x 240
+# steps: 11.4% / 7.2%; 40 a channel x 400 steps (3200 examples, under one epoch): EleAcc 36.7%,
+# Step SR 24.1%, RecAcc 51.5%, every answer valid. Diverse demonstrations, not epochs, lift the
+# grounding: the layout puts each kind of element at a fixed place, so the request and the
+# actions so far carry much of the target's position.
+# Answers need up to ~290 new tokens (the pool step's summary, its think block included; a
+# recommendation ~132): at 128 both were cut before </answer>, so no pool or recommend answer
+# parsed, Intent_acc, R_COUT and RecAcc were 0 and the COUT ablations trained as ESPO did.
+# An RL step (two demonstrated episodes x G = 3 samples of ~17 turns) took 30 s on a quiet
+# machine and 2.5-3 min with the 2 cores shared four ways, so the RL budget is what a 3-seed
+# run has left in about 50 minutes. All SFT's 40 more steps (320 examples) are about the turns
+# the RL variants train on after the cold start (3 steps x 2 episodes x G = 3 x ~17 turns).
 DEFAULT_SIZES = EspoSizes(
-    rl_steps=10,
-    sft_epochs=6,
-    all_sft_epochs=7,
-    sft_max_steps=None,
-    all_sft_max_steps=None,
+    rl_steps=3,
+    train_episodes_per_channel=40,
+    sft_epochs=1,
+    sft_max_steps=400,
+    all_sft_epochs=1,
+    all_sft_max_steps=40,
     samples_per_step=3,
-    max_new_tokens=128,
-    eval_episodes=8,
+    max_new_tokens=320,
+    eval_episodes=None,
     resamples=1000,
 )
 # A smoke size: one RL step of G = 2 short answers, a few SFT steps, one held-out episode.
 QUICK_SIZES = EspoSizes(
     rl_steps=1,
+    train_episodes_per_channel=None,
     sft_epochs=1,
-    all_sft_epochs=2,
     sft_max_steps=2,
-    all_sft_max_steps=4,
+    all_sft_epochs=1,
+    all_sft_max_steps=2,
     samples_per_step=2,
     max_new_tokens=8,
     eval_episodes=1,
@@ -289,7 +318,9 @@ class SeedContext:
 
     @property
     def train_data(self) -> Path:
-        return tiny_dataset(self.run.work_dir / "data-train", TRAIN_DATA_SEED)
+        per_channel = self.sizes.train_episodes_per_channel
+        name = "data-train" if per_channel is None else f"data-train-x{per_channel}"
+        return tiny_dataset(self.run.work_dir / name, TRAIN_DATA_SEED, per_channel)
 
     @property
     def eval_data(self) -> Path:
@@ -353,13 +384,16 @@ def _train_rl(ctx: SeedContext, variant: str) -> tuple[Path, list[dict[str, floa
 
 
 def train_and_evaluate(ctx: SeedContext, variant: str) -> dict[str, Any]:
-    """Train one variant of one seed (SFT only: nothing more; all SFT: its own SFT; the RL
-    variants: ``ctx.steps`` RL steps from the cold start) and evaluate it on held-out data."""
+    """Train one variant of one seed (SFT only: nothing more; all SFT: more SFT from the cold
+    start; the RL variants: ``ctx.steps`` RL steps from the cold start) and evaluate it on
+    held-out data."""
     started = time.perf_counter()
     curve: list[dict[str, float]] = []
     if variant == "sft_only":
         model = ctx.start()
     elif variant == "all_sft":
+        start = ctx.start()
+        started = time.perf_counter()  # all SFT's effort is what it adds to the cold start
         model = cold_start(
             ctx.seed_dir,
             ctx.train_data,
@@ -369,6 +403,7 @@ def train_and_evaluate(ctx: SeedContext, variant: str) -> dict[str, Any]:
             max_steps=ctx.sizes.all_sft_max_steps,
             history=history_window(),
             out_name=f"all_sft-{sft_tag(ctx.sizes.all_sft_epochs, ctx.sizes.all_sft_max_steps)}",
+            init=start,
         )
     elif variant in RL_VARIANTS:
         model, curve = _train_rl(ctx, variant)
@@ -398,11 +433,16 @@ def percent_mean_se(values: list[float]) -> str:
 
 
 def cache_key(variant: str, seed: int, steps: int, sizes: EspoSizes, quick: bool) -> str:
-    """Everything a (variant, seed) result depends on: the RL steps and both SFT sizes."""
+    """Everything a (variant, seed) result depends on: the RL steps, the demonstrations, both
+    SFT sizes, G and the answer length."""
     sft = sft_tag(sizes.sft_epochs, sizes.sft_max_steps)
     all_sft = sft_tag(sizes.all_sft_epochs, sizes.all_sft_max_steps)
+    demos = sizes.train_episodes_per_channel or "preset"
     size = "quick" if quick else "default"
-    return f"espo-{variant}-seed{seed}-steps{steps}-sft{sft}-all{all_sft}-{size}"
+    return (
+        f"espo-{variant}-seed{seed}-steps{steps}-demos{demos}-sft{sft}-all{all_sft}"
+        f"-g{sizes.samples_per_step}-tok{sizes.max_new_tokens}-{size}"
+    )
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -640,21 +680,25 @@ def run_espo(run: FidelityRun) -> FidelityReport:
         f"{len(run.seed_list())} training seeds; per seed an SFT cold start (the tiny "
         f"pipeline's SFT: {sizes.sft_epochs or 'preset'} epoch(s)"
         f"{f', at most {sizes.sft_max_steps} steps' if sizes.sft_max_steps else ''}) on the "
-        f"demonstrations of the tiny generated dataset (dataset seed {TRAIN_DATA_SEED}); all "
-        f"SFT: the all_sft variant's SFT ({sizes.all_sft_epochs or 'variant'} epochs"
-        f"{f', at most {sizes.all_sft_max_steps} steps' if sizes.all_sft_max_steps else ''}).",
+        f"demonstrations of the tiny generated dataset drawn with "
+        f"{sizes.train_episodes_per_channel or 'the preset'} episode(s) a channel "
+        f"(dataset seed {TRAIN_DATA_SEED}, the training split); all SFT: that cold start "
+        f"trained on with the same SFT ({sizes.all_sft_epochs} epoch(s)"
+        f"{f', at most {sizes.all_sft_max_steps} more steps' if sizes.all_sft_max_steps else ''}"
+        "), about the turns the RL variants train on after it.",
         f"Each RL variant ({', '.join(LABELS[v] for v in RL_VARIANTS)}) trains {steps} RL "
-        f"step(s) from the cold start: one demonstrated episode x G = {sizes.samples_per_step} "
-        f"samples per step, at most {sizes.max_new_tokens} new tokens, the tiny preset's loss "
-        "and learning rate; variants are configs/espo/pipeline/variants/*.yaml. The budget is "
-        "RL steps, not seconds, so seeds and variants do equal work; wall seconds are recorded.",
+        f"step(s) from the cold start: the tiny preset's demonstrated episodes per step x G = "
+        f"{sizes.samples_per_step} samples, at most {sizes.max_new_tokens} new tokens, the tiny "
+        "preset's loss and learning rate; variants are configs/espo/pipeline/variants/*.yaml. "
+        "The budget is RL steps, not seconds, so seeds and variants do equal work; wall "
+        "seconds are recorded.",
         f"Evaluation: {n_eval} held-out episodes (the tiny preset with dataset seed "
         f"{EVAL_DATA_SEED}: other users and catalogues), every demonstrated step answered "
         "greedily, teacher-forced, as the paper scores offline.",
-        f"Headline metric: {METRIC_LABELS[HEADLINE]}. It scores every step of every stage "
-        "(search, item pool, recommendations), so it carries the paper's 'better across the "
-        "episode' claims with the most samples; RecAcc covers only the few recommendation "
-        "steps and has its own finding for the SFT-vs-RL claim.",
+        f"Headline metric: {METRIC_LABELS[HEADLINE]}, over the GUI (search) steps, which are "
+        "most of an episode's steps, so it carries the paper's 'better' claims with the most "
+        "samples; RecAcc covers the recommendation steps and has its own finding for the "
+        "SFT-vs-RL claim.",
         "Verdicts: Welch's t-test on per-seed numbers, one-sided at 0.05.",
     ]
     if run.quick:

@@ -83,3 +83,55 @@ def test_intent_never_scored_reads_the_cout_variants_training_curves() -> None:
     assert not espo.intent_never_scored({v: [{"curve": []}] for v in zero})  # no steps: no claim
     # vanilla GRPO has no COUT term; its intent accuracy does not count
     assert espo.intent_never_scored({**zero, "vanilla_grpo": runs(0.5)})
+
+
+def test_default_answers_fit_every_demonstrated_answer() -> None:
+    """Evaluation and rollouts allow as many new tokens as the longest demonstrated answer
+    (the pool step's summary): a shorter limit cuts every pool and recommend answer before
+    </answer>, and Intent_acc, R_COUT and RecAcc can only be 0."""
+    from odyssey_core.envs.persona.dataset import generate_episodes
+    from odyssey_core.models.tiny import build_tiny_tokenizer
+    from odyssey_core.protocol.gui import format_gui_answer
+    from odyssey_core.recipes.espo.sft_data import template_thought
+
+    tokenizer = build_tiny_tokenizer()
+    longest = {}
+    for episode in generate_episodes("tiny", espo.TRAIN_DATA_SEED):
+        for step in episode.steps:
+            answer = format_gui_answer(step.gold, template_thought(step, episode))
+            n = len(tokenizer(answer)["input_ids"]) + 1  # the end-of-turn token
+            longest[step.stage] = max(longest.get(step.stage, 0), n)
+    assert set(longest) == {"search", "pool", "recommend"}
+    assert max(longest.values()) <= espo.DEFAULT_SIZES.max_new_tokens, longest
+
+
+def test_more_demonstrations_draw_more_episodes_of_every_channel(tmp_path: Path) -> None:
+    from odyssey_core.envs.persona.dataset import read_dataset
+
+    preset = espo.tiny_dataset(tmp_path / "preset", 0)
+    more = espo.tiny_dataset(tmp_path / "more", 0, episodes_per_channel=3)
+    n_preset = sum(len(read_dataset(preset, split=s)) for s in ("train", "val", "test"))
+    n_more = sum(len(read_dataset(more, split=s)) for s in ("train", "val", "test"))
+    assert n_more == n_preset // 2 * 3  # the preset draws two a channel
+
+
+def test_all_sft_trains_on_from_the_cold_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All SFT is the cold start plus more SFT: its run starts from the cold start's model."""
+    started_from: dict[str, Path] = {}
+
+    def record(settings: object, examples: Path, model_dir: Path, out_dir: Path, **_: object):
+        started_from[Path(out_dir).name] = Path(model_dir)
+        final = Path(out_dir) / "final"
+        final.mkdir(parents=True, exist_ok=True)
+        return type("Result", (), {"final_dir": final})()
+
+    monkeypatch.setattr(espo, "run_sft", record)
+    monkeypatch.setattr(espo, "_evaluate", lambda ctx, model: {})
+    run = FidelityRun(out_dir=tmp_path / "out", work_dir=tmp_path / "work", seeds=1, quick=True)
+    ctx = espo.SeedContext(run, espo.QUICK_SIZES, 0, 1)
+    espo.train_and_evaluate(ctx, "all_sft")
+    cold = started_from.pop(f"sft-{espo.sft_tag(1, espo.QUICK_SIZES.sft_max_steps)}")
+    ((_, all_sft_base),) = started_from.items()
+    assert all_sft_base == ctx.start() and cold != all_sft_base
