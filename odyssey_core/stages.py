@@ -39,14 +39,14 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
-from odyssey_core.config import RenamedKeysModel, deep_merge
-from odyssey_core.recipe import Evaluation, Recipe
+from odyssey_core.config import RenamedKeysModel, deep_merge, load_preset
+from odyssey_core.recipe import RECIPES, Evaluation, Recipe
 
 if TYPE_CHECKING:
     from odyssey_core.registry.artifacts import ArtifactStore
@@ -59,7 +59,9 @@ __all__ = [
     "EVAL_ROWS",
     "RUN_FOLDER_ID_FILE",
     "SCORES_FILE",
+    "FineTuned",
     "GateOutcome",
+    "NightlyEvaluate",
     "PipelineSection",
     "PromotionStage",
     "RowsEvaluator",
@@ -67,6 +69,7 @@ __all__ = [
     "Stage",
     "StageContext",
     "StagePreset",
+    "TrainedModel",
     "advance",
     "base_model_ref",
     "eval_model_inputs",
@@ -74,10 +77,12 @@ __all__ = [
     "evaluate_stage",
     "fetch",
     "fetch_json",
+    "fine_tune_base_model",
     "fingerprint",
     "finished_checkpoint",
     "local_copy",
     "make_tracker",
+    "nightly_evaluator",
     "nightly_stage",
     "nightly_table",
     "numeric",
@@ -96,6 +101,7 @@ __all__ = [
     "sft_settings_for",
     "step_bar",
     "train_here_or_launched",
+    "train_servable_model",
     "training_dir",
 ]
 
@@ -156,6 +162,25 @@ class RunConfig(PipelineSection):
         description="default: env MLFLOW_TRACKING_URI, else sqlite:///<run>/mlflow.db",
     )
     experiment: str = "odyssey/train_odysseus"
+
+    #: the folder of its presets under ``configs/``, what errors call them, and the folder they
+    #: lived in before (a path into it is told where they are now)
+    preset_dir: ClassVar[str] = ""
+    preset_what: ClassVar[str] = "pipeline"
+    preset_moved_from: ClassVar[str | None] = None
+
+    @classmethod
+    def load(cls, preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None) -> Self:
+        """A preset name under ``configs/<preset_dir>/`` or a YAML path, plus nested
+        overrides."""
+        return load_preset(
+            cls,
+            preset,
+            dict(overrides or {}),
+            kind=cls.preset_dir,
+            what=cls.preset_what,
+            moved_from=cls.preset_moved_from,
+        )
 
     @property
     def run_key(self) -> str:
@@ -632,6 +657,83 @@ def base_model_ref(ctx: StageContext, settings: Any, built: Path) -> str:
     if settings.model.path is None:
         return ctx.publish_dir(built, f"base-model-{ctx.tag}")
     return str(Path(settings.model.path).resolve())
+
+
+@dataclass(frozen=True)
+class FineTuned:
+    """What :func:`fine_tune_base_model` made: the SFT run's result (``SFTResult``), the
+    published model and the model it started from."""
+
+    result: Any
+    model_uri: str
+    base_model_uri: str
+
+
+def fine_tune_base_model(
+    ctx: StageContext,
+    settings: Any,
+    sft_settings: Any,
+    dataset: Path,
+    *,
+    system_prompts: Mapping[str, str],
+) -> FineTuned:
+    """A recipe's SFT stage on the base model of a training preset's ``settings.model`` (the
+    tiny model built into the stage folder when its path is null): ``sft_settings`` on
+    ``dataset`` here or under the launcher, resuming; the model published as ``model-<tag>``
+    (the stage run's ``model`` ref) and kept; the base model's ref (:func:`base_model_ref`)."""
+    from odyssey_core.rl.policy import resolve_base_model
+
+    base = resolve_base_model(settings.model, ctx.work)
+    result = sft_here_or_launched(
+        sft_settings,
+        dataset,
+        base,
+        ctx.training_dir(),
+        on_metrics=ctx.log_sft_metrics,
+        emit=log.info,
+        system_prompts=system_prompts,
+    )
+    model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
+    ctx.keep(result.final_dir)
+    return FineTuned(result, model_uri, base_model_ref(ctx, settings, base))
+
+
+@dataclass(frozen=True)
+class TrainedModel:
+    """What :func:`train_servable_model` made: the servable model folder, the checkpoint it
+    came from and its step, and the model before SFT and RL (a store URI or a local path)."""
+
+    model_dir: Path
+    checkpoint: Path
+    steps: int
+    base_model: str
+
+
+def train_servable_model(
+    ctx: StageContext,
+    recipe: str,
+    settings: Any,
+    build_trainer: Callable[..., Any],
+    *,
+    system_prompt: str,
+    sft_base_model: str | None,
+) -> TrainedModel:
+    """A recipe's train stage: ``build_trainer`` on ``settings`` in ``<work>/run-<tag>``, here
+    or under the launcher, resuming (:func:`train_here_or_launched`); its last checkpoint as a
+    servable model folder (:func:`servable_model_dir`); and the model before SFT and RL: the
+    SFT stage's ``sft_base_model``, else what ``settings.model`` names or the tiny model built
+    for the run (:func:`base_model_ref`)."""
+    train_dir = ctx.work / f"run-{ctx.tag}"
+    policy = train_here_or_launched(
+        recipe, settings, build_trainer, train_dir, on_step=ctx.log_step, emit=log.info
+    )
+    checkpoint, steps = finished_checkpoint(train_dir, f"{recipe} training")
+    model_dir = servable_model_dir(
+        ctx, settings, policy, train_dir, checkpoint, system_prompt=system_prompt
+    )
+    if sft_base_model is None:
+        sft_base_model = base_model_ref(ctx, settings, train_dir / "base-model")
+    return TrainedModel(model_dir, checkpoint, steps, sft_base_model)
 
 
 def eval_model_inputs(settings: Any, generation: Mapping[str, Any]) -> dict[str, Any]:
@@ -1325,3 +1427,40 @@ def nightly_stage(
 
     rows = plan.evaluate(evaluate, score, log_fn)
     return plan.verdict(rows, f"metric.eval.{score}", margin, metric=score)
+
+
+#: a recipe's nightly run: ``(cfg, out_dir=None, *, margin=None, log_fn=...) -> verdict``
+NightlyEvaluate = Callable[..., dict[str, Any]]
+
+
+def nightly_evaluator(
+    recipe: str,
+    score: Callable[[Any], str],
+    *,
+    series: Sequence[str] = (),
+    log_fn: Callable[[str], None] = print,
+) -> NightlyEvaluate:
+    """A recipe's ``nightly_evaluate(cfg, out_dir=None, *, margin=None, log_fn=log_fn)``:
+    :func:`nightly_stage` of the recipe named ``recipe`` (found in ``RECIPES`` when it runs)
+    on the summary number ``score(cfg)`` of the pipeline config ``cfg``, with the ``series``
+    numbers logged beside it."""
+    default_log = log_fn
+
+    def nightly_evaluate(
+        cfg: RunConfig,
+        out_dir: Path | None = None,
+        *,
+        margin: float | None = None,
+        log_fn: Callable[[str], None] = default_log,
+    ) -> dict[str, Any]:
+        return nightly_stage(
+            cfg,
+            RECIPES.get(recipe),
+            score=score(cfg),
+            out_dir=out_dir,
+            margin=margin,
+            series=series,
+            log_fn=log_fn,
+        )
+
+    return nightly_evaluate

@@ -29,13 +29,13 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from odyssey_core.config import config_dir, deep_merge, load_preset, read_preset
+from odyssey_core.config import config_dir, deep_merge, read_preset
 from odyssey_core.envs.persona.dataset import read_dataset, read_manifest
 from odyssey_core.eval.report import plot_training_curves
 from odyssey_core.policy.base import GenerationParams
@@ -64,19 +64,16 @@ from odyssey_core.stages import (
     Stage,
     StageContext,
     StagePreset,
-    base_model_ref,
     eval_model_inputs,
     evaluate_stage,
-    finished_checkpoint,
+    fine_tune_base_model,
     local_copy,
-    nightly_stage,
+    nightly_evaluator,
     register_stage,
     run_stage,
-    servable_model_dir,
     serving_fields,
-    sft_here_or_launched,
     sft_settings_for,
-    train_here_or_launched,
+    train_servable_model,
 )
 
 __all__ = [
@@ -99,6 +96,8 @@ __all__ = [
 ]
 
 ESPO_STAGES = ("data", "sft", "train", "evaluate", "register")
+#: where the pipeline presets live under ``configs/``
+PIPELINE_DIR = "espo/pipeline"
 log = logging.getLogger(__name__)
 
 # The cold start's SFTSettings under ``sft.settings``: the paper gives one epoch and nothing
@@ -176,6 +175,10 @@ class EspoPromotionStage(PromotionStage):
 class EspoPipelineConfig(RunConfig):
     """One ESPO pipeline run (``configs/espo/pipeline/*.yaml``)."""
 
+    preset_dir: ClassVar[str] = PIPELINE_DIR
+    preset_what: ClassVar[str] = "ESPO pipeline"
+    preset_moved_from: ClassVar[str | None] = "espo_pipeline"
+
     name: str = "espo-tiny"
     game: str = Field(default="espo-all", description="registered model <prefix>-<game>")
     run_dir: Path = Path("out/espo/tiny")
@@ -186,8 +189,6 @@ class EspoPipelineConfig(RunConfig):
     promotion: EspoPromotionStage = EspoPromotionStage()
 
 
-#: where the pipeline presets live under ``configs/``
-PIPELINE_DIR = "espo/pipeline"
 #: the paper's variants: overlays under ``configs/espo/pipeline/variants/``
 VARIANTS_DIR = f"{PIPELINE_DIR}/variants"
 
@@ -224,14 +225,7 @@ def load_espo_pipeline_config(
     """A preset name under ``configs/espo/pipeline/`` or a YAML path, a paper ``variant`` laid
     over it, then nested overrides."""
     layers = deep_merge(variant_overlay(variant) if variant else {}, dict(overrides or {}))
-    return load_preset(
-        EspoPipelineConfig,
-        preset,
-        layers,
-        kind=PIPELINE_DIR,
-        what="ESPO pipeline",
-        moved_from="espo_pipeline",
-    )
+    return EspoPipelineConfig.load(preset, layers)
 
 
 def _train_settings(cfg: EspoPipelineConfig, **more: Any) -> EspoSettings:
@@ -304,8 +298,6 @@ def stage_espo_sft(
     cfg: EspoPipelineConfig, data: Mapping[str, Any], *, parent_run_id: str | None = None
 ) -> dict[str, Any]:
     """The cold start: returns ``model_uri`` (the SFT model), ``base_model_uri``, counts."""
-    from odyssey_core.rl.policy import resolve_base_model
-
     settings = _train_settings(cfg)
     sft_settings = espo_sft_settings(cfg)
 
@@ -325,26 +317,15 @@ def stage_espo_sft(
                 history_window=settings.rollout.history_window,
             )
             ctx.run.log_metrics({"sft_examples": float(built.samples)})
-        base = resolve_base_model(settings.model, ctx.work)
-
-        result = sft_here_or_launched(
-            sft_settings,
-            examples,
-            base,
-            ctx.training_dir(),
-            on_metrics=ctx.log_sft_metrics,
-            emit=log.info,
-            system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
+        tuned = fine_tune_base_model(
+            ctx, settings, sft_settings, examples, system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT}
         )
-        model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
-        base_uri = base_model_ref(ctx, settings, base)
-        ctx.keep(result.final_dir)
         samples = json.loads((examples / "manifest.json").read_text())["num_samples"]
         return {
-            "model_uri": model_uri,
-            "base_model_uri": base_uri,
+            "model_uri": tuned.model_uri,
+            "base_model_uri": tuned.base_model_uri,
             "samples": int(samples),
-            "steps": result.steps,
+            "steps": tuned.result.steps,
             "epochs": sft_settings.epochs,
         }
 
@@ -388,24 +369,20 @@ def stage_espo_train(
             more["model"] = {"path": str(ctx.fetch("sft_model", ctx.work / f"sft-{ctx.tag}"))}
         run_settings = _train_settings(cfg, **more)
 
-        train_dir = ctx.work / f"run-{ctx.tag}"
-        policy = train_here_or_launched(
-            "espo", run_settings, build_trainer, train_dir, on_step=ctx.log_step, emit=log.info
+        trained = train_servable_model(
+            ctx,
+            "espo",
+            run_settings,
+            build_trainer,
+            system_prompt=ESPO_SYSTEM_PROMPT,
+            sft_base_model=None if sft is None else sft["base_model_uri"],
         )
-        checkpoint, steps = finished_checkpoint(train_dir, "ESPO")
-        model_dir = servable_model_dir(
-            ctx, run_settings, policy, train_dir, checkpoint, system_prompt=ESPO_SYSTEM_PROMPT
-        )
-        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
-        if sft is not None:
-            base = sft["base_model_uri"]
-        else:
-            base = base_model_ref(ctx, settings, train_dir / "base-model")
-        ctx.keep(checkpoint)
+        uri = ctx.publish_dir(trained.model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
+        ctx.keep(trained.checkpoint)
         return {
             "checkpoint_uri": uri,
-            "base_model": base,
-            "steps": steps,
+            "base_model": trained.base_model,
+            "steps": trained.steps,
             "mlflow_run_id": ctx.run.run_id,  # its metrics are the report's training curves
         }
 
@@ -678,21 +655,6 @@ def stage_espo_register(
 # -- nightly --------------------------------------------------------------------------------------
 
 
-def nightly_evaluate(
-    cfg: EspoPipelineConfig,
-    out_dir: Path | None = None,
-    *,
-    margin: float | None = None,
-    log_fn: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's dataset
-    (:func:`odyssey_core.stages.nightly_stage`) and compare the champion's
-    ``promotion.metric`` with the one recorded on its version."""
-    return nightly_stage(
-        cfg,
-        RECIPES.get("espo"),
-        score=cfg.promotion.metric,
-        out_dir=out_dir,
-        margin=margin,
-        log_fn=log_fn,
-    )
+#: re-evaluate the champion of ``cfg.game`` (and the candidate) on the pipeline's dataset and
+#: compare the champion's ``promotion.metric`` with the one recorded on its version
+nightly_evaluate = nightly_evaluator("espo", lambda cfg: cfg.promotion.metric)

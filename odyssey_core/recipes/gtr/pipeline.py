@@ -39,13 +39,13 @@ import json
 import logging
 import math
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from odyssey_core.config import deep_merge, load_preset
+from odyssey_core.config import deep_merge
 from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.recipes.gtr.corrector import (
     NO_CORRECTOR,
@@ -62,20 +62,17 @@ from odyssey_core.stages import (
     Stage,
     StageContext,
     StagePreset,
-    base_model_ref,
     eval_model_inputs,
     evaluate_stage,
-    finished_checkpoint,
+    fine_tune_base_model,
     local_copy,
-    nightly_stage,
+    nightly_evaluator,
     numeric,
     register_stage,
     run_stage,
-    servable_model_dir,
     serving_fields,
-    sft_here_or_launched,
     sft_settings_for,
-    train_here_or_launched,
+    train_servable_model,
 )
 
 __all__ = [
@@ -188,6 +185,10 @@ GTR_SCORE_KEYS = {"return": "mean_return", "success": "success_rate"}
 class GTRPipelineConfig(RunConfig):
     """One GTR pipeline run (``configs/gtr/pipeline/*.yaml``)."""
 
+    preset_dir: ClassVar[str] = "gtr/pipeline"
+    preset_what: ClassVar[str] = "GTR pipeline"
+    preset_moved_from: ClassVar[str | None] = "gtr_pipeline"
+
     name: str = "gtr-tiny"
     game: str = Field(default="gtr-numberline", description="registered model <prefix>-<game>")
     run_dir: Path = Path("out/gtr/tiny")
@@ -203,18 +204,8 @@ class GTRPipelineConfig(RunConfig):
 BASE_MODEL_SETTING = "train.overrides.model.path"  # where a pipeline sets the base model
 
 
-def load_gtr_pipeline_config(
-    preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
-) -> GTRPipelineConfig:
-    """A preset name under ``configs/gtr/pipeline/`` or a YAML path, plus nested overrides."""
-    return load_preset(
-        GTRPipelineConfig,
-        preset,
-        dict(overrides or {}),
-        kind="gtr/pipeline",
-        what="GTR pipeline",
-        moved_from="gtr_pipeline",
-    )
+#: a preset name under ``configs/gtr/pipeline/`` or a YAML path, plus nested overrides
+load_gtr_pipeline_config = GTRPipelineConfig.load
 
 
 def _train_settings(cfg: GTRPipelineConfig) -> Any:
@@ -240,6 +231,13 @@ def _corrector_of(settings: Any) -> dict[str, Any]:
 
 def _annotator(cfg: GTRPipelineConfig) -> dict[str, Any]:
     return describe_corrector(cfg.sft.corrector, cfg.sft.corrector_kwargs)
+
+
+def _corrector_fields(described: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A corrector's description (:func:`describe_corrector`; None: no corrector) as a stage's
+    and a score file's ``corrector`` and ``corrector_oracle``."""
+    described = described or {}
+    return {"corrector": described.get("name"), "corrector_oracle": described.get("oracle")}
 
 
 def _corrector_server(resolved: Mapping[str, Any]) -> dict[str, Any]:
@@ -290,7 +288,6 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
     """Annotate card episodes with ``sft.corrector`` and fine-tune the base model on them;
     returns ``model_uri`` (the SFT model), ``base_model_uri``, ``dataset_uri`` and counts."""
     from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes, sft_game
-    from odyssey_core.rl.policy import resolve_base_model
 
     settings = _train_settings(cfg)
     settings.check_base_model(BASE_MODEL_SETTING)  # a paper preset's base model, first
@@ -320,31 +317,21 @@ def stage_gtr_sft(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None) -
                 numeric({f"corrector/{k}": v for k, v in corrector.metrics().items()})
             )
         manifest = json.loads((dataset_dir / "manifest.json").read_text())
-        base = resolve_base_model(settings.model, ctx.work)  # the tiny model when path is null
-
-        result = sft_here_or_launched(
-            sft_settings,
-            dataset_dir,
-            base,
-            ctx.training_dir(),
-            on_metrics=ctx.log_sft_metrics,
-            emit=log.info,
-            system_prompts={sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)},
+        prompts = {sft_game(r.env): gtr_system_prompt(r.env, r.env_kwargs)}
+        tuned = fine_tune_base_model(
+            ctx, settings, sft_settings, dataset_dir, system_prompts=prompts
         )
         samples = int(manifest["num_samples"])
-        ctx.run.log_metrics({"samples": float(samples), "sft_steps": float(result.steps)})
-        model_uri = ctx.publish_dir(result.final_dir, f"model-{ctx.tag}", ref="model")
+        ctx.run.log_metrics({"samples": float(samples), "sft_steps": float(tuned.result.steps)})
         dataset_uri = ctx.publish_dir(dataset_dir, f"dataset-{ctx.tag}", ref="dataset")
-        base_uri = base_model_ref(ctx, settings, base)
-        ctx.keep(result.final_dir, dataset_dir)
+        ctx.keep(dataset_dir)
         return {
-            "model_uri": model_uri,
-            "base_model_uri": base_uri,
+            "model_uri": tuned.model_uri,
+            "base_model_uri": tuned.base_model_uri,
             "dataset_uri": dataset_uri,
             "samples": samples,
-            "steps": result.steps,
-            "corrector": annotator["name"],
-            "corrector_oracle": annotator["oracle"],
+            "steps": tuned.result.steps,
+            **_corrector_fields(annotator),
         }
 
     return run_stage(
@@ -383,30 +370,25 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
     corrector = describe_corrector(r.corrector, r.corrector_kwargs, resolved)  # the model used
 
     def body(ctx: StageContext) -> dict[str, Any]:
-        train_dir = ctx.work / f"run-{ctx.tag}"
         run_settings = settings
         if sft is not None:  # RL starts from the SFT model
             sft_model = ctx.fetch("sft_model", ctx.work / f"sft-model-{ctx.tag}")
             overrides = deep_merge(cfg.train.overrides, {"model": {"path": str(sft_model)}})
             run_settings = load_gtr_settings(cfg.train.preset, overrides)
 
-        policy = train_here_or_launched(
-            "gtr", run_settings, build_trainer, train_dir, on_step=ctx.log_step, emit=log.info
-        )
-        checkpoint, steps = finished_checkpoint(train_dir, "GTR")
-        model_dir = servable_model_dir(
+        trained = train_servable_model(
             ctx,
+            "gtr",
             run_settings,
-            policy,
-            train_dir,
-            checkpoint,
+            build_trainer,
             system_prompt=gtr_system_prompt(r.env, r.env_kwargs),
+            sft_base_model=None if sft is None else sft["base_model_uri"],
         )
         provenance = {
             "recipe": "gtr",
             "preset": str(cfg.train.preset),
             "env": r.env,
-            "steps": steps,
+            "steps": trained.steps,
             "corrector": corrector,
             "sft": None
             if sft is None
@@ -417,22 +399,17 @@ def stage_gtr_train(cfg: GTRPipelineConfig, *, parent_run_id: str | None = None)
                 "epochs": gtr_sft_settings(cfg, settings).epochs,
             },
         }
-        (model_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
-        uri = ctx.publish_dir(model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
-        if sft is not None:
-            base = sft["base_model_uri"]
-        else:
-            base = base_model_ref(ctx, settings, train_dir / "base-model")
-        ctx.run.log_metrics({"steps": float(steps)})
-        ctx.keep(checkpoint)
+        (trained.model_dir / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
+        uri = ctx.publish_dir(trained.model_dir, f"checkpoint-{ctx.tag}", ref="checkpoint")
+        ctx.run.log_metrics({"steps": float(trained.steps)})
+        ctx.keep(trained.checkpoint)
         return {
             "checkpoint_uri": uri,
-            "base_model": base,
+            "base_model": trained.base_model,
             "sft_model": None if sft is None else sft["model_uri"],
-            "steps": steps,
-            "checkpoint": checkpoint.name,
-            "corrector": corrector["name"],
-            "corrector_oracle": corrector["oracle"],
+            "steps": trained.steps,
+            "checkpoint": trained.checkpoint.name,
+            **_corrector_fields(corrector),
         }
 
     # the SFT model's publication is an input: a retrained SFT model (same URI) trains again
@@ -531,8 +508,7 @@ def evaluate_gtr_model(
     scores = {
         "label": label,
         "model": model_ref,
-        "corrector": None if trained_with is None else trained_with["name"],
-        "corrector_oracle": None if trained_with is None else trained_with["oracle"],
+        **_corrector_fields(trained_with),
         "seeds": evaluation.seeds,
         "returns": evaluation.returns,
         "successes": [float(s) for s in evaluation.successes],
@@ -566,8 +542,7 @@ def evaluate_model(cfg: GTRPipelineConfig, model_ref: str, label: str, out_dir: 
 def _trained_with(evaluations: Mapping[str, Evaluation]) -> dict[str, Any]:
     """Which corrector trained the candidate (from the provenance in its model folder)."""
     provenance = evaluations["candidate"].details.get("provenance") or {}
-    corrector = provenance.get("corrector") or {}
-    return {"corrector": corrector.get("name"), "corrector_oracle": corrector.get("oracle")}
+    return _corrector_fields(provenance.get("corrector"))
 
 
 def stage_gtr_evaluate(
@@ -638,23 +613,9 @@ def stage_gtr_register(
 # -- nightly ------------------------------------------------------------------------------------
 
 
-def nightly_evaluate(
-    cfg: GTRPipelineConfig,
-    out_dir: Path | None = None,
-    *,
-    margin: float | None = None,
-    log_fn: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Evaluate the champion of ``cfg.game`` (and the candidate, if any) on the configured
-    deals (:func:`odyssey_core.stages.nightly_stage`): the mean ``promotion.metric``
-    (``mean_return`` or ``success_rate``) against the one recorded on the champion's version;
-    ``margin`` (None: ``promotion.nightly_margin``) is how far below it may fall."""
-    return nightly_stage(
-        cfg,
-        RECIPES.get("gtr"),
-        score=GTR_SCORE_KEYS[cfg.promotion.metric],
-        out_dir=out_dir,
-        margin=margin,
-        series=("success_rate",),
-        log_fn=log_fn,
-    )
+#: evaluate the champion of ``cfg.game`` (and the candidate, if any) on the configured deals:
+#: the mean ``promotion.metric`` (``mean_return`` or ``success_rate``) against the one recorded
+#: on the champion's version, the success rate logged beside it
+nightly_evaluate = nightly_evaluator(
+    "gtr", lambda cfg: GTR_SCORE_KEYS[cfg.promotion.metric], series=("success_rate",)
+)

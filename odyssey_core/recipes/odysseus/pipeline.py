@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from odyssey_core.config import config_dir, deep_merge, load_preset
+from odyssey_core.config import config_dir, deep_merge
 from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.stages import (
     DONE_MARKER,
@@ -51,7 +51,7 @@ from odyssey_core.stages import (
     fetch,
     finished_checkpoint,
     make_tracker,
-    nightly_stage,
+    nightly_evaluator,
     nightly_table,
     numeric,
     read_marker,
@@ -123,6 +123,9 @@ class EvalStage(PipelineSection):
 class PipelineConfig(RunConfig):
     """One Odysseus pipeline run (``configs/odysseus/pipeline/*.yaml``)."""
 
+    preset_dir: ClassVar[str] = "odysseus/pipeline"
+    preset_moved_from: ClassVar[str | None] = "pipeline"
+
     renamed_keys: ClassVar[Mapping[str, str]] = {"rl": "train"}
 
     curate: StagePreset = StagePreset()
@@ -134,19 +137,8 @@ class PipelineConfig(RunConfig):
     promotion: PromotionStage = PromotionStage()
 
 
-def load_pipeline_config(
-    preset: str | Path = "tiny", overrides: Mapping[str, Any] | None = None
-) -> PipelineConfig:
-    """A preset name under ``configs/odysseus/pipeline/`` or a YAML path, plus nested
-    overrides."""
-    return load_preset(
-        PipelineConfig,
-        preset,
-        dict(overrides or {}),
-        kind="odysseus/pipeline",
-        what="pipeline",
-        moved_from="pipeline",
-    )
+#: a preset name under ``configs/odysseus/pipeline/`` or a YAML path, plus nested overrides
+load_pipeline_config = PipelineConfig.load
 
 
 def _rl_preset_path(preset: str) -> Path:
@@ -917,22 +909,8 @@ def stage_promote(
 # -- nightly evaluation -------------------------------------------------------------------------
 
 
-def nightly_evaluate(
-    cfg: PipelineConfig,
-    out_dir: Path | None = None,
-    *,
-    margin: float | None = None,
-    log_fn: Callable[[str], None] = log.info,
-) -> dict[str, Any]:
-    """Evaluate the champion (and the candidate, if any) on the suite and log each mean
-    progress as one more point of the ``nightly-<game>`` series
-    (:func:`odyssey_core.stages.nightly_stage`); ``regressed`` says whether the champion fell
-    below its recorded score by more than ``margin`` (None: ``promotion.nightly_margin``)."""
-    return nightly_stage(
-        cfg,
-        RECIPES.get("odysseus"),
-        score=SCORE_KEY.removeprefix("eval."),
-        out_dir=out_dir,
-        margin=margin,
-        log_fn=log_fn,
-    )
+#: evaluate the champion (and the candidate, if any) on the suite and log each mean progress as
+#: one more point of the ``nightly-<game>`` series
+nightly_evaluate = nightly_evaluator(
+    "odysseus", lambda cfg: SCORE_KEY.removeprefix("eval."), log_fn=log.info
+)
