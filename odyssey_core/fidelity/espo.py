@@ -4,9 +4,11 @@ The paper (ESPO Fig. 2, Fig. 3, Sec. 5.5, Fig. 5) trains one backbone in several
 scores every variant offline (teacher-forced) with EleAcc / Op F1 / Step SR / RecAcc. Here, per
 training seed:
 
-1. SFT cold start on the demonstrations of the tiny generated dataset (dataset seed 0) with the
-   tiny pipeline's SFT settings: the ``sft_only`` model. ``all_sft`` is the pipeline's
-   ``all_sft`` variant: the same SFT with more epochs, no RL.
+1. SFT cold start on the demonstrations of the tiny generated dataset (dataset seed 0, drawn
+   with :attr:`EspoSizes.train_episodes_per_channel` episodes a channel: the same app, users
+   and stages, more of them) with the tiny pipeline's SFT settings: the ``sft_only`` model.
+   ``all_sft`` is the pipeline's ``all_sft`` variant: that cold start trained on with the same
+   SFT for about the turns the RL variants train on, no RL.
 2. From the cold start, each RL variant (``vanilla_grpo``, ``espo``, ``no_cout``, ``no_phi``,
    ``no_psi``; ``configs/espo/pipeline/variants/``) trains for the same number of RL steps, so
    seeds and variants are compared at equal work, whatever the CPU's load.
@@ -709,10 +711,12 @@ def run_espo(run: FidelityRun) -> FidelityReport:
     caveats = [
         "The backbone is a tiny randomly initialised Qwen3-VL, not the paper's 3B model; the "
         "data are generated SmartSpot-like episodes, not SmartSpot.",
-        "The CPU budget allows only a few RL steps per run (well under one epoch of the ten "
+        "The CPU budget allows only a few RL steps per run (a few of the hundreds of "
         "training episodes), against the paper's several epochs; small gaps cannot show.",
-        "A cold start that teaches the answer format but no grounding leaves every variant "
-        "near zero on EleAcc / Step SR; the table's SFT-only row shows where this one stands.",
+        "The cold start's grounding comes from the layout: each kind of element sits at a "
+        "fixed place, so the request and the actions so far carry much of a target's "
+        "position; the headroom line says where the cold start stands between floor and "
+        "ceiling.",
         "The paper's no-COUT comparison is on training-reward curves; ours is judged on "
         "held-out Step SR (the curve is in the figures).",
         "The label-only baselines (always yes / no, first item, random) answer every step: "
