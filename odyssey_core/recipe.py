@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from odyssey_core.common.registry import Registry
+from odyssey_core.common.registry import Registry, import_object
 
 __all__ = [
     "RECIPES",
@@ -46,7 +46,14 @@ __all__ = [
 ENTRY_POINT_GROUP = "odyssey.recipes"
 #: the recipe packages in this distribution: every ``recipes/<name>/recipe.py`` defines it
 RECIPE_ATTRIBUTE = "RECIPE"
+RECIPES_PACKAGE = "odyssey_core.recipes"
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+#: where a :class:`Recipe` field left unset is found in the recipe's package (``module:attr``)
+CONVENTIONAL_PATHS = {
+    "build_trainer": "train:build_trainer",
+    "evaluate_model": "pipeline:evaluate_model",
+    "nightly_evaluate": "pipeline:nightly_evaluate",
+}
 
 
 class RecipeError(ValueError):
@@ -84,7 +91,7 @@ class Evaluation:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Recipe:
     """One recipe, as every layer below ``odyssey_core.recipes`` needs it.
 
@@ -102,24 +109,56 @@ class Recipe:
     * ``evaluate_model(cfg, model_ref, label, out_dir)`` -> :class:`Evaluation` of one model
       (a store URI or a folder) as the pipeline ``cfg`` evaluates its candidate;
     * ``nightly_evaluate(cfg, *, margin, log_fn)``: the champion re-evaluated (``nightly-eval``).
+
+    Convention over configuration: a recipe declares only what its package does not say by
+    its layout. ``package`` defaults to ``odyssey_core.recipes.<name>``, ``response_format``
+    to the recipe's name, and ``build_trainer`` / ``evaluate_model`` / ``nightly_evaluate``
+    to the functions of those names in ``<package>.train`` / ``<package>.pipeline``
+    (:data:`CONVENTIONAL_PATHS`), imported when the recipe is made, so a missing one is a
+    :class:`RecipeError` at the door.
     """
 
     name: str
     summary: str
     settings_type: type
     load_settings: Callable[[str | Path, dict[str, Any] | None], Any]
-    build_trainer: Callable[..., Any]
-    response_format: str
     system_prompt: Callable[[str, Mapping[str, Any] | None], str]
     owns_model: Callable[[str, Path | None], bool]
     serving_env: Callable[[str, Path | None], str]
     example_input: ExampleInput
     load_pipeline: Callable[[str | Path, Mapping[str, Any] | None], Any]
-    evaluate_model: Callable[[Any, str, str, Path], Evaluation]
-    nightly_evaluate: Callable[..., dict[str, Any]]
+    package: str = ""  # "": odyssey_core.recipes.<name>
+    response_format: str = ""  # "": the recipe's name
+    build_trainer: Callable[..., Any] | None = None  # None: <package>.train:build_trainer
+    evaluate_model: Callable[[Any, str, str, Path], Evaluation] | None = None
+    nightly_evaluate: Callable[..., dict[str, Any]] | None = None
     capabilities: Capabilities = Capabilities()
     prepare: Callable[[Any, Path], None] | None = None
     default_preset: str = "tiny"
+
+    def __post_init__(self) -> None:
+        if not self.package:
+            object.__setattr__(self, "package", f"{RECIPES_PACKAGE}.{self.name}")
+        if not self.response_format:
+            object.__setattr__(self, "response_format", self.name)
+        for field_name, where in CONVENTIONAL_PATHS.items():
+            if getattr(self, field_name) is None:
+                object.__setattr__(self, field_name, self._conventional(field_name, where))
+
+    def _conventional(self, field_name: str, where: str) -> Any:
+        """``<package>.<where>`` imported, or an error saying where to define it."""
+        path = f"{self.package}.{where}"
+        module = path.partition(":")[0]
+        try:
+            return import_object(path)
+        except (ModuleNotFoundError, AttributeError) as err:
+            missing = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+            if missing is not None and not f"{module}.".startswith(f"{missing}."):
+                raise  # not the conventional module: one it imports is missing
+            raise RecipeError(
+                f"recipe {self.name!r} declares no {field_name} and {path} cannot be imported "
+                f"({err}); define it there or pass {field_name}= to its Recipe"
+            ) from err
 
     def check(self, settings: Any) -> None:
         """Refuse settings this recipe cannot run (several processes, a rollout engine it does
@@ -162,7 +201,7 @@ def _discovered() -> dict[str, str]:
     """Recipe name -> ``"module:attribute"``: this distribution's recipe packages, then the
     entry points of installed ones (read, not imported)."""
     found = {
-        folder.name: f"odyssey_core.recipes.{folder.name}.recipe:{RECIPE_ATTRIBUTE}"
+        folder.name: f"{RECIPES_PACKAGE}.{folder.name}.recipe:{RECIPE_ATTRIBUTE}"
         for folder in sorted(RECIPES_DIR.iterdir())
         if (folder / "recipe.py").is_file()
     }

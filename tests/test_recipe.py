@@ -19,6 +19,7 @@ from odyssey_core.launch import LaunchSettings
 from odyssey_core.policy.weight_sync import RolloutBackendSettings
 from odyssey_core.protocol.formats import RESPONSE_FORMATS
 from odyssey_core.recipe import (
+    CONVENTIONAL_PATHS,
     RECIPES,
     Capabilities,
     Recipe,
@@ -26,6 +27,8 @@ from odyssey_core.recipe import (
     RecipeRegistry,
     recipe_for_model,
 )
+from odyssey_core.recipes.espo import pipeline as espo_pipeline
+from odyssey_core.recipes.espo import train as espo_train
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_TREE = sorted(p.parent.name for p in (ROOT / "odyssey_core" / "recipes").glob("*/recipe.py"))
@@ -60,6 +63,25 @@ def test_each_recipe_declares_what_the_layers_below_it_read(name: str) -> None:
     assert height > 0 and width > 0 and channels == 3
     for capability in recipe.capabilities.rollout_backends:
         assert capability in ("hf", "vllm", "openai")
+
+
+def test_what_a_recipe_leaves_out_is_found_in_its_package_by_convention() -> None:
+    espo = RECIPES.get("espo")
+    assert (espo.package, espo.response_format) == ("odyssey_core.recipes.espo", "espo")
+    assert espo.build_trainer is espo_train.build_trainer
+    assert espo.evaluate_model is espo_pipeline.evaluate_model
+    assert espo.nightly_evaluate is espo_pipeline.nightly_evaluate
+    conventional = {*CONVENTIONAL_PATHS, "package", "response_format"}
+    declared = {k: v for k, v in espo.__dict__.items() if k not in conventional}
+    with pytest.raises(
+        RecipeError,
+        match=r"recipe 'toy' declares no build_trainer and odyssey_core\.recipes\.toy\.train:"
+        r"build_trainer cannot be imported .*pass build_trainer= to its Recipe",
+    ):
+        Recipe(**{**declared, "name": "toy"})
+    elsewhere = Recipe(**{**declared, "name": "toy", "package": "odyssey_core.recipes.gtr"})
+    assert elsewhere.response_format == "toy"
+    assert elsewhere.build_trainer is RECIPES.get("gtr").build_trainer
 
 
 def test_models_are_claimed_by_their_recipe(tmp_path: Path) -> None:

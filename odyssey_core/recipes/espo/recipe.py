@@ -8,14 +8,9 @@ from typing import Any
 
 from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
 from odyssey_core.recipes.espo.data import resolve_dataset
-from odyssey_core.recipes.espo.pipeline import (
-    evaluate_model,
-    load_espo_pipeline_config,
-    nightly_evaluate,
-)
+from odyssey_core.recipes.espo.pipeline import load_espo_pipeline_config
 from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
-from odyssey_core.recipes.espo.train import build_trainer
 
 __all__ = ["RECIPE"]
 
@@ -47,8 +42,6 @@ RECIPE = Recipe(
     summary="episode-wise GRPO over teacher-forced GUI demonstrations (personalized agents)",
     settings_type=EspoSettings,
     load_settings=load_espo_settings,
-    build_trainer=build_trainer,
-    response_format="espo",
     system_prompt=espo_system_prompt,
     owns_model=owns_model,
     serving_env=serving_env,
@@ -56,8 +49,6 @@ RECIPE = Recipe(
         text="The user asked: a quiet hotel in Paris. No actions yet.", frame_shape=(448, 224, 3)
     ),
     load_pipeline=load_espo_pipeline_config,
-    evaluate_model=evaluate_model,
-    nightly_evaluate=nightly_evaluate,
     capabilities=Capabilities(distributed=True, rollout_backends=("hf", "vllm", "openai")),
     prepare=prepare,
 )

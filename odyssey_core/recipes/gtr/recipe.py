@@ -5,15 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
-from odyssey_core.recipes.gtr.pipeline import (
-    evaluate_model,
-    load_gtr_pipeline_config,
-    nightly_evaluate,
-    read_provenance,
-)
+from odyssey_core.recipes.gtr.pipeline import load_gtr_pipeline_config, read_provenance
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.recipes.gtr.settings import GTRSettings, load_gtr_settings
-from odyssey_core.recipes.gtr.train import build_trainer
 
 __all__ = ["RECIPE"]
 
@@ -37,8 +31,6 @@ RECIPE = Recipe(
     summary="PPO with a corrector's thought cloning (DAgger) on card games and ALFWorld",
     settings_type=GTRSettings,
     load_settings=load_gtr_settings,
-    build_trainer=build_trainer,
-    response_format="gtr",
     system_prompt=gtr_system_prompt,
     owns_model=owns_model,
     serving_env=serving_env,
@@ -48,7 +40,5 @@ RECIPE = Recipe(
         legal_actions=("1", "2"),
     ),
     load_pipeline=load_gtr_pipeline_config,
-    evaluate_model=evaluate_model,
-    nightly_evaluate=nightly_evaluate,
     capabilities=Capabilities(distributed=True, rollout_backends=("hf", "vllm", "openai")),
 )

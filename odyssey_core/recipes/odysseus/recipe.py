@@ -9,13 +9,8 @@ from typing import Any, get_args
 from odyssey_core.config import GameName
 from odyssey_core.protocol.prompts import build_turn_text, get_system_prompt
 from odyssey_core.recipe import Capabilities, ExampleInput, Recipe
-from odyssey_core.recipes.odysseus.pipeline import (
-    evaluate_model,
-    load_pipeline_config,
-    nightly_evaluate,
-)
+from odyssey_core.recipes.odysseus.pipeline import load_pipeline_config
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings, load_train_settings
-from odyssey_core.recipes.odysseus.train import build_trainer
 
 __all__ = ["RECIPE"]
 
@@ -41,14 +36,10 @@ RECIPE = Recipe(
     summary="PPO with a turn-level CNN critic and an auto-curriculum on Game Boy levels",
     settings_type=RLTrainSettings,
     load_settings=load_train_settings,
-    build_trainer=build_trainer,
-    response_format="odysseus",
     system_prompt=odysseus_system_prompt,
     owns_model=owns_model,
     serving_env=serving_env,
     example_input=ExampleInput(text=build_turn_text("1-1"), frame_shape=(144, 160, 3)),
     load_pipeline=load_pipeline_config,
-    evaluate_model=evaluate_model,
-    nightly_evaluate=nightly_evaluate,
     capabilities=Capabilities(distributed=True, rollout_backends=("hf", "vllm", "openai")),
 )
