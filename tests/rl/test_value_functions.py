@@ -9,9 +9,11 @@ import model_fixtures
 import pytest
 import torch
 
-from odyssey_core.common.registry import RegistryError
-from odyssey_core.recipes.gtr.settings import load_gtr_settings
+from odyssey_core.common.registry import Registry, RegistryError
+from odyssey_core.recipes.gtr import settings as gtr_settings
+from odyssey_core.recipes.gtr.settings import GTRValueSettings, load_gtr_settings
 from odyssey_core.recipes.gtr.train import build_trainer as build_gtr
+from odyssey_core.rl import value_functions
 from odyssey_core.rl.settings import CriticSettings
 from odyssey_core.rl.value_functions import (
     VALUE_FUNCTIONS,
@@ -66,3 +68,34 @@ def test_gtr_builds_the_value_function_its_settings_name(
         assert isinstance(value, VLMHeadValue) and value.head.scale == 2.0
         assert value.lr == settings.ppo.lr  # head_lr null: the policy's
         assert value.value_coef == settings.ppo.value_coef
+
+
+def test_gtr_takes_any_value_function_registered_and_names_them_on_a_typo(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry: Registry = Registry("value function")
+    for name in VALUE_FUNCTIONS.names():
+        registry.register(name, VALUE_FUNCTIONS.get(name))
+
+    def narrow_cnn(inputs: ValueFunctionInputs) -> CNNValue:
+        return CNNValue(inputs.critic.model_copy(update={"hidden_dim": 8}), seed=inputs.seed)
+
+    registry.register("narrow_cnn", narrow_cnn)
+    monkeypatch.setattr(value_functions, "VALUE_FUNCTIONS", registry)
+    monkeypatch.setattr(gtr_settings, "VALUE_FUNCTIONS", registry)
+    settings = load_gtr_settings(
+        REPO / "configs" / "gtr" / "tiny.yaml",
+        {
+            "model": {"path": str(tiny_model_dir)},
+            "value": {"source": "narrow_cnn"},
+            "critic": {"input_height": 36, "input_width": 36},
+        },
+    )
+    value = build_gtr(settings, tmp_path).value_function
+    assert isinstance(value, CNNValue) and value.critic.settings.hidden_dim == 8
+    with pytest.raises(
+        ValueError,
+        match=r"value\.source 'cnnn' is not a registered value function; known: cnn, "
+        r"narrow_cnn, vlm_head",
+    ):
+        GTRValueSettings(source="cnnn")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from odyssey_core.config import StrictModel, load_preset, redefault
 from odyssey_core.models.lora import LoraSettings
@@ -28,6 +28,7 @@ from odyssey_core.recipes.gtr.rewards import GTRRewardConfig
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import CriticSettings
 from odyssey_core.rl.train_settings import PPOSettings, RolloutSettings, TrainSettings
+from odyssey_core.rl.value_functions import VALUE_FUNCTIONS
 
 __all__ = [
     "CorrectorChoice",
@@ -157,14 +158,15 @@ class GTRSFTSettings(StrictModel):
 
 
 class GTRValueSettings(StrictModel):
-    """Where V(o_t) comes from: the CNN critic on the frame, or a head on the VLM."""
+    """Where V(o_t) comes from: a value function registered in ``VALUE_FUNCTIONS`` (the CNN
+    critic on the frame, a head on the VLM, or one registered beside them)."""
 
-    source: Literal["cnn", "vlm_head"] = Field(
+    source: str = Field(
         default="vlm_head",
-        description="vlm_head (the paper's, after RL4VLM): an MLP on the policy's final hidden "
-        "state at the last prompt token, trained with ppo.value_coef (0.5) * value loss in the "
-        "PPO backward pass; cnn: odyssey_core.rl.critic on its own optimiser (the ``critic`` "
-        "section)",
+        description="a name in VALUE_FUNCTIONS. vlm_head (the paper's, after RL4VLM): an MLP on "
+        "the policy's final hidden state at the last prompt token, trained with "
+        "ppo.value_coef (0.5) * value loss in the PPO backward pass; cnn: "
+        "odyssey_core.rl.critic on its own optimiser (the ``critic`` section)",
     )
     head_hidden_dims: list[int] = Field(
         default_factory=lambda: [1024, 512],
@@ -181,6 +183,16 @@ class GTRValueSettings(StrictModel):
         gt=0,
         description="the head's learning rate (same optimiser and schedule); null: ppo.lr",
     )
+
+    @field_validator("source")
+    @classmethod
+    def _registered_source(cls, source: str) -> str:
+        if source not in VALUE_FUNCTIONS:
+            raise ValueError(
+                f"value.source {source!r} is not a registered value function; known: "
+                f"{', '.join(VALUE_FUNCTIONS.names())} (odyssey_core.rl.value_functions)"
+            )
+        return source
 
     @model_validator(mode="after")
     def _positive_dims(self) -> GTRValueSettings:
