@@ -25,11 +25,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from odyssey_core.common.run_folder import CHECKPOINTS_DIR, point_latest
 from odyssey_core.config import deep_merge
 from odyssey_core.envs.persona.dataset import (
     PRESETS,
@@ -134,13 +136,17 @@ def cold_start(
     max_steps: int | None = None,
     history: int | None = None,
     out_name: str = "sft",
-    init: Path | None = None,
+    continue_from: Path | None = None,
 ) -> Path:
     """SFT on the demonstrations of ``data``'s training split with the tiny pipeline's settings
-    (``variant``'s overlay, e.g. ``all_sft``'s epochs; ``epochs`` / ``max_steps`` override),
-    from ``init`` (None: the tiny base model); returns the final model folder under
-    ``work/out_name``, reused when it is already there. The examples are built once per
-    ``data`` folder, under ``work/sft-data-<its name>``."""
+    (``variant``'s overlay, e.g. ``all_sft``'s epochs; ``epochs`` / ``max_steps`` override);
+    returns the final model folder under ``work/out_name``, reused when it is already there.
+    The examples are built once per ``data`` folder, under ``work/sft-data-<its name>``.
+
+    ``continue_from``: the run folder of an SFT run on the same examples to train on from.
+    Its newest checkpoint (weights, optimiser, schedule, position in the data) is copied in and
+    the run resumes to ``max_steps``: one SFT run trained longer, its learning-rate schedule
+    stretched to the new end (a fresh run from its weights would restart at the peak rate)."""
     sft: dict[str, Any] = {"settings": {"seed": seed}}
     if epochs is not None:  # the total: all SFT's added RL epochs do not come on top
         sft.update(epochs=epochs, add_rl_epochs=False)
@@ -154,7 +160,9 @@ def cold_start(
     if not (examples / "manifest.json").is_file():
         episodes = read_dataset(data, split="train")
         build_sft_dataset(data, episodes, examples, history_window=history)
-    base = init if init is not None else resolve_base_model(settings.model, work)
+    base = resolve_base_model(settings.model, work)
+    if continue_from is not None:
+        _copy_newest_checkpoint(continue_from, work / out_name)
     result = run_sft(
         espo_sft_settings(cfg),
         examples,
@@ -164,6 +172,21 @@ def cold_start(
         system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
     )
     return result.final_dir
+
+
+def _copy_newest_checkpoint(source_run: Path, out_dir: Path) -> None:
+    """``source_run``'s newest checkpoint as ``out_dir``'s first (once: a run that has its own
+    checkpoints or its final model keeps them)."""
+    if latest_checkpoint(out_dir) is not None or (out_dir / "final").is_dir():
+        return
+    source = latest_checkpoint(source_run)
+    if source is None:
+        raise FileNotFoundError(
+            f"no SFT checkpoint under {source_run} to train on from: run its SFT first"
+        )
+    target = out_dir / CHECKPOINTS_DIR / source.name
+    shutil.copytree(source, target)
+    point_latest(out_dir, target)
 
 
 def variant_settings(
@@ -344,6 +367,30 @@ class SeedContext:
         return self._start
 
 
+def all_sft_model(ctx: SeedContext) -> Path:
+    """All SFT: the cold start's SFT run trained on for ``all_sft_epochs`` more epochs, at most
+    ``all_sft_max_steps`` more optimizer steps, on the same demonstrations."""
+    ctx.start()
+    sizes = ctx.sizes
+    if sizes.sft_epochs is None:
+        raise ValueError("all SFT trains on from the cold start: give the cold start's epochs")
+    epochs = sizes.sft_epochs + sizes.all_sft_epochs
+    max_steps = None
+    if sizes.sft_max_steps is not None and sizes.all_sft_max_steps is not None:
+        max_steps = sizes.sft_max_steps + sizes.all_sft_max_steps
+    return cold_start(
+        ctx.seed_dir,
+        ctx.train_data,
+        ctx.seed,
+        variant="all_sft",
+        epochs=epochs,
+        max_steps=max_steps,
+        history=history_window(),
+        out_name=f"all_sft-{sft_tag(epochs, max_steps)}-resumed",
+        continue_from=ctx.seed_dir / f"sft-{sft_tag(sizes.sft_epochs, sizes.sft_max_steps)}",
+    )
+
+
 def _evaluate(ctx: SeedContext, model: Path) -> dict[str, Any]:
     metrics = evaluate_model(
         model,
@@ -394,19 +441,7 @@ def train_and_evaluate(ctx: SeedContext, variant: str) -> dict[str, Any]:
     if variant == "sft_only":
         model = ctx.start()
     elif variant == "all_sft":
-        start = ctx.start()
-        started = time.perf_counter()  # all SFT's effort is what it adds to the cold start
-        model = cold_start(
-            ctx.seed_dir,
-            ctx.train_data,
-            ctx.seed,
-            variant="all_sft",
-            epochs=ctx.sizes.all_sft_epochs,
-            max_steps=ctx.sizes.all_sft_max_steps,
-            history=history_window(),
-            out_name=f"all_sft-{sft_tag(ctx.sizes.all_sft_epochs, ctx.sizes.all_sft_max_steps)}",
-            init=start,
-        )
+        model = all_sft_model(ctx)
     elif variant in RL_VARIANTS:
         model, curve = _train_rl(ctx, variant)
     else:
@@ -439,6 +474,8 @@ def cache_key(variant: str, seed: int, steps: int, sizes: EspoSizes, quick: bool
     SFT sizes, G and the answer length."""
     sft = sft_tag(sizes.sft_epochs, sizes.sft_max_steps)
     all_sft = sft_tag(sizes.all_sft_epochs, sizes.all_sft_max_steps)
+    if variant == "all_sft":  # trained on from the cold start's checkpoint
+        all_sft += "-resumed"
     demos = sizes.train_episodes_per_channel or "preset"
     size = "quick" if quick else "default"
     return (

@@ -115,23 +115,24 @@ def test_more_demonstrations_draw_more_episodes_of_every_channel(tmp_path: Path)
     assert n_more == n_preset // 2 * 3  # the preset draws two a channel
 
 
-def test_all_sft_trains_on_from_the_cold_start(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """All SFT is the cold start plus more SFT: its run starts from the cold start's model."""
-    started_from: dict[str, Path] = {}
+def test_all_sft_trains_the_cold_starts_run_on(quick_run: tuple[FidelityRun, Path]) -> None:
+    """All SFT is the cold start's SFT run trained longer: it resumes at the cold start's last
+    step (its weights, optimiser and schedule), not from the base model at step 1."""
+    import json
 
-    def record(settings: object, examples: Path, model_dir: Path, out_dir: Path, **_: object):
-        started_from[Path(out_dir).name] = Path(model_dir)
-        final = Path(out_dir) / "final"
-        final.mkdir(parents=True, exist_ok=True)
-        return type("Result", (), {"final_dir": final})()
+    run, _ = quick_run
+    sizes = espo.QUICK_SIZES
+    assert sizes.sft_epochs is not None and sizes.sft_max_steps is not None
+    assert sizes.all_sft_max_steps is not None
+    seed_dir = run.work_dir / "quick" / "seed-0"
+    cold = seed_dir / f"sft-{espo.sft_tag(sizes.sft_epochs, sizes.sft_max_steps)}"
+    total = sizes.sft_max_steps + sizes.all_sft_max_steps
+    longer = seed_dir / f"all_sft-{espo.sft_tag(sizes.sft_epochs + sizes.all_sft_epochs, total)}"
+    longer = longer.with_name(longer.name + "-resumed")
 
-    monkeypatch.setattr(espo, "run_sft", record)
-    monkeypatch.setattr(espo, "_evaluate", lambda ctx, model: {})
-    run = FidelityRun(out_dir=tmp_path / "out", work_dir=tmp_path / "work", seeds=1, quick=True)
-    ctx = espo.SeedContext(run, espo.QUICK_SIZES, 0, 1)
-    espo.train_and_evaluate(ctx, "all_sft")
-    cold = started_from.pop(f"sft-{espo.sft_tag(1, espo.QUICK_SIZES.sft_max_steps)}")
-    ((_, all_sft_base),) = started_from.items()
-    assert all_sft_base == ctx.start() and cold != all_sft_base
+    def steps(folder: Path) -> list[int]:
+        lines = (folder / "metrics.jsonl").read_text().splitlines()
+        return [r["step"] for r in map(json.loads, lines) if "loss" in r]
+
+    assert steps(cold) == list(range(1, sizes.sft_max_steps + 1))
+    assert steps(longer) == list(range(sizes.sft_max_steps + 1, total + 1))
