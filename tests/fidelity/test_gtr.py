@@ -37,8 +37,10 @@ def test_quick_report_is_well_formed(quick_run: tuple[FidelityRun, Path]) -> Non
     assert data["seeds"] == 2 and data["quick"] is True
     headroom = {h["label"]: h for h in data["headroom"]}
     assert set(headroom) == set(gtr.QUICK_SIZES.envs)
-    for entry in headroom.values():  # the warm-up's success on the deals, between 0 and 1
-        assert (entry["metric"], entry["floor"], entry["ceiling"]) == ("success rate", 0.0, 1.0)
+    sizes = gtr.QUICK_SIZES
+    for entry in headroom.values():  # the warm-up's success, between random play and 1
+        floor = gtr.random_play_success(entry["label"], sizes.env_kwargs(entry["label"]), 2)
+        assert (entry["metric"], entry["floor"], entry["ceiling"]) == ("success rate", floor, 1.0)
         warm = data["data"]["warm"][entry["label"]]
         rates = [sum(w["successes"]) / len(w["successes"]) for w in warm.values()]
         assert entry["warm_start"] == pytest.approx(sum(rates) / len(rates))
@@ -58,3 +60,32 @@ def test_rerun_reads_every_result_from_the_cache(
     write_report(gtr.run_gtr(run), tmp_path)
     after = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     assert after["data"]["results"] == before["data"]["results"]
+
+
+def test_the_variants_keep_the_games_and_change_only_the_deal_or_the_drawing() -> None:
+    from odyssey_core.envs import make_env
+
+    ezpoints = make_env("cards-ezpoints", **gtr.DEFAULT_SIZES.env_kwargs("cards-ezpoints"))
+    hands = set()
+    for k in range(40):
+        _, info = ezpoints.reset(seed=k)
+        hands.add(tuple(sorted(info["card_values"])))
+    assert hands == {(2, 10), (4, 8), (6, 6)}  # every deal solvable, from the five ranks only
+    with pytest.raises(ValueError, match="ranks must be some of"):
+        make_env("cards-ezpoints", ranks=["1"])
+
+    plain = make_env("cards-numberline", max_steps=6)
+    large = make_env("cards-numberline", **gtr.DEFAULT_SIZES.env_kwargs("cards-numberline"))
+    plain_frame, _ = plain.reset(seed=3)
+    large_frame, info = large.reset(seed=3)
+    assert info["target"] == plain.target and large.current == plain.current  # the same deal
+    lit = (large_frame.image > 200).all(axis=-1).sum()  # white text pixels
+    assert lit > 5 * (plain_frame.image > 200).all(axis=-1).sum()
+
+
+def test_random_play_succeeds_often_on_numberline_and_never_on_the_formula_games() -> None:
+    kwargs = gtr.DEFAULT_SIZES.env_kwargs
+    numberline = gtr.random_play_success("cards-numberline", kwargs("cards-numberline"), 8)
+    assert 0.2 < numberline < 0.8  # a random walk hits a target 1-5 away in 6 steps often
+    # 6 turns cannot hold the 4 numbers and 3 operators a Points24 formula needs
+    assert gtr.random_play_success("cards-points24", kwargs("cards-points24"), 4) == 0.0

@@ -164,16 +164,25 @@ class CardsEnv(TurnEnv):
 
 # ---------------------------------------------------------------------------------- Numberline
 class NumberlineEnv(CardsEnv):
-    """Move ``current`` to ``target`` (both in ``[0, max_value]``) with ``+`` and ``-``."""
+    """Move ``current`` to ``target`` (both in ``[0, max_value]``) with ``+`` and ``-``; the
+    two numbers are drawn in a ``font_size`` font (a larger one stays legible in small frames)."""
 
     game = "numberline"
 
     def __init__(
-        self, *, max_value: int = 5, max_steps: int = 10, image_size: tuple[int, int] = (480, 320)
+        self,
+        *,
+        max_value: int = 5,
+        max_steps: int = 10,
+        image_size: tuple[int, int] = (480, 320),
+        font_size: int = 20,
     ) -> None:
         if max_value < 1:
             raise ValueError("max_value must be >= 1")
+        if font_size < 1:
+            raise ValueError(f"font_size must be >= 1, got {font_size}")
         self.max_value = max_value
+        self.font_size = int(font_size)
         self.legal_actions = ["+", "-"]
         self.target = 0
         self.current = 0
@@ -198,7 +207,10 @@ class NumberlineEnv(CardsEnv):
 
     def _frame(self) -> np.ndarray:
         return render_table(
-            [], [f"Target: {self.target}", f"Current: {self.current}"], self.image_size
+            [],
+            [f"Target: {self.target}", f"Current: {self.current}"],
+            self.image_size,
+            caption_size=self.font_size,
         )
 
     def task_text(self) -> str:
@@ -338,7 +350,8 @@ def _show(value: Any) -> str | None:
 
 
 class EZPointsEnv(FormulaEnv):
-    """Two cards that always reach the target (12) with one operator: ``a op b =``."""
+    """Two cards that always reach the target (12) with one operator: ``a op b =``. ``ranks``
+    narrows the deck to those ranks (all four suits of each): the same task over fewer cards."""
 
     game = "ezpoints"
     n_cards = 2
@@ -351,12 +364,24 @@ class EZPointsEnv(FormulaEnv):
         operators: tuple[str, ...] | list[str] = ("+", "-"),
         max_steps: int = 10,
         image_size: tuple[int, int] = (480, 320),
+        ranks: tuple[str, ...] | list[str] | None = None,
     ) -> None:
         # The paper's Appendix A lists {+, -, =}; pass ("+", "*") for the original gym_cards set.
         self.operators = tuple(operators)
+        unknown = sorted(set(ranks or ()) - set(RANKS))
+        if unknown or (ranks is not None and len(set(ranks)) < 1):
+            raise ValueError(f"ranks must be some of {', '.join(RANKS)}; got {unknown or ranks}")
+        self.ranks = tuple(dict.fromkeys(ranks)) if ranks is not None else None
         super().__init__(
             target=target, max_steps=max_steps, only_solvable=True, image_size=image_size
         )
+
+    def _draw(self, n: int) -> list[Card]:
+        if self.ranks is None:
+            return super()._draw(n)
+        deck = [Card(rank, suit) for suit in SUITS for rank in self.ranks]
+        picks = self.np_random.choice(len(deck), size=n, replace=False)
+        return [deck[int(p)] for p in picks]
 
     def task_text(self) -> str:
         return (

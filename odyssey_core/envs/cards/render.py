@@ -124,15 +124,18 @@ def render_table(
     rows: Sequence[tuple[str, Sequence[Card | None]]],
     captions: Sequence[str],
     size: tuple[int, int] = (480, 320),
+    caption_size: int = 20,
 ) -> np.ndarray:
-    """A green table with labelled rows of cards (``None`` = face down) and text lines below.
+    """A green table with labelled rows of cards (``None`` = face down) and text lines below
+    in a ``caption_size`` font.
 
     Cards shrink to fit the row width, so the frame keeps a fixed ``size`` (width, height).
     """
     width, height = size
     image = Image.new("RGB", size, _TABLE)
     draw = ImageDraw.Draw(image)
-    caption_h = 28 * len(captions) + 8
+    line_h = caption_size + 8
+    caption_h = line_h * len(captions) + 8
     rows = [r for r in rows if r[1]] or list(rows)
     row_h = (height - caption_h) // max(1, len(rows))
     label_font = _font(14)
@@ -151,10 +154,16 @@ def render_table(
         left = (width - total) // 2
         for k, card in enumerate(cards):
             _draw_card(draw, card, left + k * (card_w + gap), top + label_h + 4, card_w, card_h)
-    caption_font = _font(20)
+    caption_font = _font(caption_size)
     # Captions sit under the cards, or in the middle of an empty table.
     caption_top = height - caption_h if rows else (height - caption_h) // 2
     for k, line in enumerate(captions):
-        y = caption_top + 4 + 28 * k
-        draw.text((width / 2, y + 12), line, fill=(255, 255, 255), font=caption_font, anchor="mm")
+        y = caption_top + 4 + line_h * k
+        draw.text(
+            (width / 2, y + line_h // 2 - 2),
+            line,
+            fill=(255, 255, 255),
+            font=caption_font,
+            anchor="mm",
+        )
     return np.asarray(image, dtype=np.uint8).copy()
