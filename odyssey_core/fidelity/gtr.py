@@ -260,8 +260,9 @@ VARIANTS_WHY = (
 # model of the 30-step run, bench/RESULTS.md, solved 0 of 48), so its findings could decide
 # nothing; `--comparison gtr` with GTRSizes(envs=ENVS, ...) still runs it. Numberline's and
 # EZPoints' warm-ups get 90 steps (measured on the evaluation deals: Numberline 0.31 after 45,
-# 0.56 after 90, against 0.46 for random legal play), 20 RL steps follow, and 24 deals per
-# model make the success estimate finer; about 45 minutes for 3 seeds on the shared 2 cores.
+# 0.56 after 90, against 0.46-0.50 for random legal play; EZPoints 0 after 90), 20 RL steps
+# follow, and 24 deals per model make the success estimate finer: 24.9 min for 3 seeds on the
+# shared 2 cores (bench/RESULTS.md).
 DEFAULT_SIZES = GTRSizes(
     envs=("cards-numberline", "cards-ezpoints"),
     steps=20,
