@@ -42,6 +42,7 @@ from odyssey_core.config import (
     read_preset,
 )
 from odyssey_core.envs.base import Observation, TurnEnv
+from odyssey_core.eval.scenarios import check_scenario_names, check_start_states
 
 ActionSetName = Literal["original", "engineered"]
 
@@ -128,6 +129,11 @@ class SB3PPOSettings(StrictModel):
         description="level -> a save-state file its episodes start from, in training and "
         "evaluation (the Section 4.2 scenario); levels not named start at the level start",
     )
+    start_scenarios: dict[str, str] = Field(
+        default_factory=dict,
+        description="level -> the scenario (eval/scenarios.py) its start state must be; "
+        "training and evaluation check every fact of it before the first episode",
+    )
     task: Path | None = Field(
         default=None,
         description="the Odysseus RL preset whose task this run played (set by the loader)",
@@ -163,7 +169,15 @@ class SB3PPOSettings(StrictModel):
         for level, path in self.start_states.items():
             if not Path(path).is_file():
                 raise ValueError(f"start_states[{level!r}]: no save-state file at {path}")
+        check_scenario_names(self.start_scenarios, "start_scenarios")
         return self
+
+    def check_start_states(self) -> None:
+        """Each start state is the scenario ``start_scenarios`` names for its level (a
+        :class:`~odyssey_core.eval.scenarios.ScenarioError` naming the fact that fails)."""
+        check_start_states(
+            self.start_scenarios, self.start_states, rom_path=self.env.game.rom_path, section=""
+        )
 
     @property
     def n_steps(self) -> int:
@@ -171,18 +185,19 @@ class SB3PPOSettings(StrictModel):
 
 
 #: the keys :func:`task_settings` fills in (a preset with ``task`` must not set them itself)
-TASK_KEYS = ("levels", "start_states", "total_timesteps", "env.game")
+TASK_KEYS = ("levels", "start_states", "start_scenarios", "total_timesteps", "env.game")
 
 
 def task_settings(rl: Any) -> dict[str, Any]:
     """What the baseline takes over from an Odysseus RL run's settings (``RLTrainSettings``):
-    its levels and start states, its env's turn (frame skip, reward, fallback) with the
-    rollout's turn limit, and its turn-sample budget (``max_turn_samples``) as the number of
-    samples, one per turn as in SB3."""
+    its levels, start states and their scenarios, its env's turn (frame skip, reward, fallback)
+    with the rollout's turn limit, and its turn-sample budget (``max_turn_samples``) as the
+    number of samples, one per turn as in SB3."""
     game = rl.env.model_copy(update={"max_turns": rl.rollout.max_turns})
     out: dict[str, Any] = {
         "levels": list(rl.levels),
         "start_states": {level: str(path) for level, path in rl.rollout.start_states.items()},
+        "start_scenarios": dict(rl.rollout.start_scenarios),
         "env": {"game": game.model_dump(mode="json")},
     }
     if rl.max_turn_samples is not None:
@@ -496,6 +511,7 @@ def evaluate_sb3(
         if not saved.is_file():
             raise FileNotFoundError(f"no {SETTINGS_FILE} beside {model_path}; pass settings=")
         settings = SB3PPOSettings.model_validate_json(saved.read_text())
+    settings.check_start_states()
     device = "cpu" if settings.device == "auto" else settings.device
     model = PPO.load(str(model_path), device=device)
     return evaluate_model(
@@ -604,6 +620,7 @@ def train_sb3_ppo(
         import torch
 
         torch.set_num_threads(settings.torch_threads)
+    settings.check_start_states()  # before any env or model: a wrong state names its fact
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / SETTINGS_FILE).write_text(settings.model_dump_json(indent=2))

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -52,6 +52,7 @@ __all__ = [
     "ScenarioState",
     "ScenarioView",
     "SmlPipeAhead",
+    "check_scenario_names",
     "check_scenario_state",
     "check_start_states",
     "expert_state_after",
@@ -629,18 +630,32 @@ def check_scenario_state(
     return info
 
 
+def check_scenario_names(scenarios: Mapping[str, str], key: str) -> None:
+    """Each env id's scenario is a known scenario of that env; ``key`` is the preset key
+    (``rollout.start_scenarios``) the error names."""
+    for env_id, name in scenarios.items():
+        if name not in SCENARIOS or SCENARIOS[name].env_id != env_id:
+            raise ScenarioError(
+                f"{key}[{env_id!r}] = {name!r}: not a scenario of {env_id}; "
+                f"known: {', '.join(f'{s.name} ({s.env_id})' for s in SCENARIOS.values())}"
+            )
+
+
 def check_start_states(
-    scenarios: dict[str, str],
-    start_states: dict[str, Path],
+    scenarios: Mapping[str, str],
+    start_states: Mapping[str, str | Path],
     *,
     rom_path: str | Path | None = None,
+    section: str = "rollout.",
 ) -> None:
     """Check each level's start state against the scenario a preset names for it
-    (``rollout.start_scenarios``); a level with a scenario but no state is an error."""
+    (``<section>start_scenarios``, beside ``<section>start_states``: an Odysseus run's
+    ``rollout.``, the SB3 baseline's top level); a level with a scenario but no state is an
+    error."""
     for level, name in scenarios.items():
         if level not in start_states:
             raise ScenarioError(
-                f"rollout.start_scenarios[{level!r}] = {name!r} but rollout.start_states "
+                f"{section}start_scenarios[{level!r}] = {name!r} but {section}start_states "
                 f"names no state for {level}; add `{level}: {_lookup(name).path}` there"
             )
         check_scenario_state(name, start_states[level], rom_path=rom_path)

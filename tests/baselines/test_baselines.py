@@ -21,11 +21,13 @@ from odyssey_core.baselines.sb3_ppo import (
     train_sb3_ppo,
 )
 from odyssey_core.config import GameBoyEnvConfig
+from odyssey_core.eval.scenarios import ScenarioError, expert_state_after, write_scenario_state
 
 pytest.importorskip("stable_baselines3")
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "configs" / "baselines" / "sb3_ppo.yaml"
+SCENARIO = "tall-pipe-two-walkers"  # the task's scenario (configs/odysseus/compare.yaml)
 
 
 class RecordingEmulator:
@@ -99,6 +101,28 @@ def test_the_baseline_plays_exactly_the_rl_comparisons_task(tmp_path: Path) -> N
         load_sb3_ppo_settings(PRESET.with_name("sb3_ppo_mario.yaml"))
     with pytest.raises(ValueError, match="not trained on"):
         load_sb3_ppo_settings(PRESET, {"start_states": {"odland-2-1": str(PRESET)}})
+
+
+def test_the_task_scenario_is_checked_before_training_or_evaluating(
+    odland_rom, tmp_path: Path
+) -> None:
+    """The task's start state must be the scenario compare.yaml names for it, as for RL: a
+    wrong state stops the baseline before any env or model, naming the fact."""
+    settings = load_sb3_ppo_settings(PRESET)
+    assert settings.start_scenarios == {"odland-1-3": SCENARIO}
+    settings.check_start_states()  # the packaged state is the scenario
+    with pytest.raises(ValueError, match="'tall-pipe-two-enemies': not a scenario of odland-1-3"):
+        load_sb3_ppo_settings(PRESET, {"start_scenarios": {"odland-1-3": "tall-pipe-two-enemies"}})
+    wrong = write_scenario_state(expert_state_after("odland-1-3", 2), tmp_path / "early.state")
+    bad = load_sb3_ppo_settings(PRESET, {"start_states": {"odland-1-3": str(wrong)}})
+    with pytest.raises(ScenarioError, match=f"{SCENARIO}: {wrong}: fact 'position'"):
+        train_sb3_ppo(bad, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ScenarioError, match="fact 'position'"):
+        evaluate_sb3(tmp_path / "model.zip", ["odland-1-3"], 1, settings=bad)
+    stateless = settings.model_copy(update={"start_states": {}})
+    with pytest.raises(ScenarioError, match=r"^start_scenarios\['odland-1-3'\] = .* but start_st"):
+        stateless.check_start_states()
 
 
 def test_episodes_start_from_the_task_state(odland_rom) -> None:

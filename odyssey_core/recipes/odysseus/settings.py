@@ -25,7 +25,7 @@ from odyssey_core.config import (
     redefault,
     resolve_data_path,
 )
-from odyssey_core.eval.scenarios import SCENARIOS
+from odyssey_core.eval.scenarios import check_scenario_names
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
@@ -188,12 +188,7 @@ class RLTrainSettings(TrainSettings):
                     f"--out {path}` (`odyssey scenario list` names the scenarios)"
                 )
             self.rollout.start_states[level] = found
-        for level, name in self.rollout.start_scenarios.items():
-            if name not in SCENARIOS or SCENARIOS[name].env_id != level:
-                raise ValueError(
-                    f"rollout.start_scenarios[{level!r}] = {name!r}: not a scenario of {level}; "
-                    f"known: {', '.join(f'{s.name} ({s.env_id})' for s in SCENARIOS.values())}"
-                )
+        check_scenario_names(self.rollout.start_scenarios, "rollout.start_scenarios")
         return self
 
 
