@@ -42,6 +42,7 @@ from odyssey_core.policy.base import GenerationParams
 from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.evaluation import (
+    best_achievable_rec_acc,
     evaluate_offline,
     evaluate_online,
     load_espo_policy,
@@ -435,8 +436,9 @@ def evaluate_espo_model(
 ) -> dict[str, Any]:
     """Evaluate one model (store URI or folder) on ``eval.splits``: the metrics with their
     intervals, the trivial baselines, per-episode scores, and the report folder (the table,
-    the bar plot, videos of the first ``eval.videos`` live episodes with the model's
-    reasoning, and the training curves of ``training_run_id`` when given), no marker."""
+    the best achievable RecAcc on these episodes under it, the bar plot, videos of the first
+    ``eval.videos`` live episodes with the model's reasoning, and the training curves of
+    ``training_run_id`` when given), no marker."""
     out_dir.mkdir(parents=True, exist_ok=True)
     inputs = _eval_inputs(cfg)
     s = _train_settings(cfg)
@@ -521,7 +523,7 @@ def evaluate_espo_model(
         f"teacher-forced (intervals: episode bootstrap, {metrics.confidence:.0%}); online "
         f"success over {len(online)} live episodes.\n\n"
         + metrics_table_markdown({label: metrics}, baselines)
-        + "\n"
+        + f"\n\n{best_achievable_rec_acc(episodes).line()}\n\n"
         + "".join(
             f"![{p.stem}]({p.name})\n" if p.suffix == ".png" else f"[{p.name}]({p.name})\n"
             for p in pictures

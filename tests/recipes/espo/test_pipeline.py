@@ -119,6 +119,7 @@ def test_stages_end_to_end_skip_on_rerun_and_the_registered_model_answers(
     report = report_path.read_text()
     for column in ("EleAcc", "Op F1", "Step SR", "RecAcc", "always_no", "first_item"):
         assert column in report
+    assert "Best achievable RecAcc: " in report  # the ceiling under the table
     # the bar plot, one video per live episode (two at most), the training curves
     pictures = {p.name for p in report_path.parent.iterdir()}
     assert {"metrics.png", "live-0.mp4", "live-1.mp4", "training.png"} <= pictures
