@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.agents import AgentSpec, PolicyAgent, agent_driven_env_fn
+from odyssey_core.eval.scenarios import check_scenario_state
 from odyssey_core.eval.stats import LevelStats, TableStats, level_stats, table_from_cells
 from odyssey_core.eval.suites import (
     CuratedState,
@@ -440,6 +441,13 @@ def curated_states_for(
     for level in section.levels:
         if config.states_dir is not None:
             states = load_curated_states(config.states_dir, f"{game}-{level}")[: config.count]
+            if level in config.scenarios:  # each state is the scenario, before any episode
+                for state in states:
+                    check_scenario_state(
+                        config.scenarios[level],
+                        Path(config.states_dir) / state.env_id / f"{state.name}.state",
+                        rom_path=suite.env_overrides.get("rom_path"),
+                    )
         else:
             states = make_curated_states(
                 level,

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from odyssey_core.config import GameName, StrictModel, load_preset
+from odyssey_core.eval.scenarios import check_scenario_names
 
 __all__ = [
     "CuratedState",
@@ -59,6 +60,11 @@ class CuratedStatesConfig(StrictModel):
     allow_fewer: bool = Field(
         default=False, description="accept fewer than 10 states per level (tests, quick looks)"
     )
+    scenarios: dict[str, str] = Field(
+        default_factory=dict,
+        description="level -> the scenario (eval/scenarios.py) each of its states in "
+        "states_dir must be; every fact is checked before the first episode",
+    )
 
     @model_validator(mode="after")
     def _enough(self) -> CuratedStatesConfig:
@@ -66,6 +72,11 @@ class CuratedStatesConfig(StrictModel):
             raise ValueError(
                 f"curated sections need at least {MIN_STATES_PER_LEVEL} states per level "
                 "(set allow_fewer: true for quick runs)"
+            )
+        if self.scenarios and self.states_dir is None:
+            raise ValueError(
+                "states.scenarios checks the states in states_dir; set states_dir (the expert's "
+                "states are no scenario)"
             )
         return self
 
@@ -121,6 +132,23 @@ class EvalSuite(StrictModel):
 
     def section_base(self, section: SuiteSection) -> str | None:
         return section.base_agent or self.base_agent
+
+    @model_validator(mode="after")
+    def _scenarios_of_the_levels(self) -> EvalSuite:
+        for section in self.sections:
+            scenarios = section.states.scenarios
+            unknown = set(scenarios) - set(section.levels)
+            if unknown:
+                raise ValueError(
+                    f"section {section.name}: states.scenarios names levels it does not play: "
+                    f"{sorted(unknown)} (its levels: {section.levels})"
+                )
+            game = self.section_game(section)
+            check_scenario_names(
+                {f"{game}-{level}": name for level, name in scenarios.items()},
+                f"section {section.name}: states.scenarios",
+            )
+        return self
 
 
 def load_suite(suite: str | Path, overrides: dict[str, Any] | None = None) -> EvalSuite:

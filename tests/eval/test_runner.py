@@ -13,7 +13,15 @@ from model_fixtures import tiny_model_dir, tiny_policy  # noqa: F401 (fixtures)
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.eval.agents import PolicyAgent, build_policy_agent, parse_agent_spec
-from odyssey_core.eval.runner import EpisodeJob, derive_seed, evaluate_suite, frame_hash, run_jobs
+from odyssey_core.eval.runner import (
+    EpisodeJob,
+    curated_states_for,
+    derive_seed,
+    evaluate_suite,
+    frame_hash,
+    run_jobs,
+)
+from odyssey_core.eval.scenarios import ScenarioError, expert_state_after, write_scenario_state
 from odyssey_core.eval.suites import (
     EvalSuite,
     load_curated_states,
@@ -223,6 +231,34 @@ def test_curated_states_progress_both_ways(odland_rom, tmp_path) -> None:
         assert record.gained == record.progress - record.start_progress
     cell = results.sections[0].table().rows["expert"]["odland-1-1"]
     assert cell.gained_mean < cell.mean
+
+
+def test_the_compare_suite_checks_its_states_against_the_scenario(odland_rom, tmp_path) -> None:
+    suite = load_suite("compare")
+    assert suite.sections[0].states.scenarios == {"1-3": "tall-pipe-two-walkers"}
+    (packaged,) = curated_states_for(suite, suite.sections[0])["1-3"]
+    assert packaged.name == "tall-pipe-two-walkers"
+    # a state of the right level but the wrong place stops the suite before any episode
+    write_scenario_state(expert_state_after("odland-1-3", 2), tmp_path / "odland-1-3" / "a.state")
+    section = suite.sections[0]
+    elsewhere = section.states.model_copy(update={"states_dir": tmp_path})
+    moved = suite.model_copy(
+        update={"videos": 0, "sections": [section.model_copy(update={"states": elsewhere})]}
+    )
+    with pytest.raises(ScenarioError, match=r"tall-pipe-two-walkers: .*a\.state: fact 'position'"):
+        evaluate_suite(moved, [parse_agent_spec("random")])
+    # a scenario of another level, or of a level the section does not play, fails on load
+    states = {**section.states.model_dump(), "scenarios": {"1-1": "tall-pipe-two-walkers"}}
+    for levels, error in ((["1-1"], "not a scenario of odland-1-1"), (["1-3"], "does not play")):
+        with pytest.raises(ValueError, match=error):
+            load_suite(
+                "compare",
+                {
+                    "sections": [
+                        {"name": "s", "kind": "curated", "levels": levels, "states": states}
+                    ]
+                },
+            )
 
 
 def test_hf_agent_plays_two_turns(odland_rom, tiny_policy) -> None:  # noqa: F811
