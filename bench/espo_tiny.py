@@ -42,8 +42,11 @@ from odyssey_core.fidelity.espo import (
 )
 from odyssey_core.recipes.espo.evaluation import best_achievable_rec_acc
 from odyssey_core.recipes.espo.metrics import trivial_baselines
+from odyssey_core.recipes.espo.settings import load_espo_settings
 from odyssey_core.recipes.espo.train import build_trainer
 
+# the tiny preset's answer length, which the longest demonstrated answer fits
+TINY_MAX_NEW_TOKENS = load_espo_settings("tiny").rollout.generation.max_new_tokens
 METHODS = ("sft_only", "vanilla_grpo", "espo")
 KEYS = (
     "ele_acc",
@@ -102,7 +105,9 @@ def main() -> None:
     parser.add_argument("--budget-s", type=float, default=240.0, help="RL seconds per method")
     parser.add_argument("--lr", type=float, default=1e-4, help="the tiny preset's RL rate")
     parser.add_argument("--eval-seed", type=int, default=1)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=TINY_MAX_NEW_TOKENS, help="the tiny preset's"
+    )
     parser.add_argument("--work", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(2)

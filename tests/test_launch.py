@@ -181,10 +181,10 @@ def test_gtr_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_proc
             "train": {"overrides": {"steps": 2, "launch": {"nproc_per_node": 2}}},
         },
     )
-    with caplog.at_level(logging.INFO, logger="odyssey_core.recipes.gtr.pipeline"):
+    with caplog.at_level(logging.INFO, logger="odyssey_core.stages"):
         out = stage_gtr_train(cfg)
     assert out["checkpoint"] == checkpoint_name(2)
-    check_two_rank_train_stage(cfg, out, caplog, "gtr.pipeline", "rollout/turns")
+    check_two_rank_train_stage(cfg, out, caplog, "odyssey_core.stages", "rollout/turns")
 
 
 def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_processes(
@@ -217,9 +217,9 @@ def test_espo_train_stage_trains_under_torchrun_when_the_preset_asks_for_two_pro
             "train": {"overrides": overrides},
         },
     )
-    with caplog.at_level(logging.INFO, logger="odyssey_core.recipes.espo.pipeline"):
+    with caplog.at_level(logging.INFO, logger="odyssey_core.stages"):
         out = stage_espo_train(cfg, stage_espo_data(cfg), None)
-    check_two_rank_train_stage(cfg, out, caplog, "espo.pipeline", "espo/format_valid")
+    check_two_rank_train_stage(cfg, out, caplog, "odyssey_core.stages", "espo/format_valid")
 
 
 def check_two_rank_train_stage(
@@ -230,7 +230,7 @@ def check_two_rank_train_stage(
     followed from rank 0's metrics.jsonl into the stage's MLflow run at every step."""
     from mlflow import MlflowClient
 
-    streamed = [r.getMessage() for r in caplog.records if r.name.endswith(logger)]
+    streamed = [r.getMessage() for r in caplog.records if r.name == logger]
     assert any(line.startswith("[default1]:") for line in streamed)  # rank 1's output
     assert out["steps"] == 2
     train_dir = next((cfg.run_dir / "train").glob("run-*"))

@@ -118,6 +118,22 @@ def collection_seed(run_seed: int, step: int) -> int:
     return int(np.random.SeedSequence([run_seed % 2**32, step, 0x0D]).generate_state(1)[0])
 
 
+def planned_budget(budget: Budget, starts: Starts) -> Budget:
+    """The step's episode budget given the hook's plan: a listed plan may hold fewer episodes
+    than the budget (an epoch's last, shorter slice) and the step then plays just those; a
+    longer list is an error, as is an empty one."""
+    if not isinstance(budget, EpisodeBudget) or starts is None or callable(starts):
+        return budget
+    listed = len(list(starts))
+    if listed == 0:
+        raise ValueError("the episode plan for this step is empty")
+    if listed > budget.episodes:
+        raise ValueError(
+            f"got {listed} episode starts for a step budget of {budget.episodes} episodes"
+        )
+    return EpisodeBudget(listed) if listed < budget.episodes else budget
+
+
 def rank_budget(budget: Budget, starts: Starts, world: World) -> tuple[Budget, Starts]:
     """This rank's share of a step's budget and the starts of its episodes.
 
@@ -293,7 +309,8 @@ class Trainer:
         timing: dict[str, float] = {}
         started = time.perf_counter()
 
-        budget, starts = rank_budget(c.budget, self._episode_starts(), world)
+        planned = self._episode_starts()
+        budget, starts = rank_budget(planned_budget(c.budget, planned), planned, world)
         seed = rank_seed(collection_seed(c.seed, step), world.rank)
         batch, rollout = self.collector.collect(budget, seed=seed, starts=starts)
         timing["rollout_s"] = time.perf_counter() - started

@@ -11,6 +11,7 @@ import pytest
 from odyssey_core.fidelity import espo
 from odyssey_core.fidelity.report import check_report, write_report
 from odyssey_core.fidelity.run import FidelityRun
+from odyssey_core.recipes.espo.settings import load_espo_settings
 
 EXPECTED_CLAIMS = (
     "ESPO beats vanilla GRPO from the same cold start (Step SR)",
@@ -104,6 +105,8 @@ def test_default_answers_fit_every_demonstrated_answer() -> None:
             longest[step.stage] = max(longest.get(step.stage, 0), n)
     assert set(longest) == {"search", "pool", "recommend"}
     assert max(longest.values()) <= espo.DEFAULT_SIZES.max_new_tokens, longest
+    tiny = load_espo_settings("tiny").rollout.generation.max_new_tokens
+    assert max(longest.values()) <= tiny, longest  # the tiny preset's rollouts and evaluation
 
 
 def test_more_demonstrations_draw_more_episodes_of_every_channel(tmp_path: Path) -> None:

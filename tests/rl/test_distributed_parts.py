@@ -12,7 +12,7 @@ import torch
 from helpers_dist import run_on_ranks
 
 from odyssey_core.rl.distributed import World, rank_seed, split_evenly
-from odyssey_core.rl.trainer import collection_seed, rank_budget
+from odyssey_core.rl.trainer import collection_seed, planned_budget, rank_budget
 from odyssey_core.rl.updater import PlainUpdater, UpdaterSettings
 from odyssey_core.rollout.collector import EpisodeBudget, EpisodeStart, TurnBudget
 
@@ -105,6 +105,20 @@ def test_budgets_split_with_the_remainder_on_the_first_ranks() -> None:
     assert rank_budget(EpisodeBudget(5), starts, World()) == (EpisodeBudget(5), starts)
     with pytest.raises(ValueError, match="cannot be split over 4 ranks"):
         rank_budget(EpisodeBudget(3), None, World(3, 4, 3))
+
+
+def test_a_short_listed_plan_sizes_the_step_and_a_long_one_is_refused() -> None:
+    starts = [EpisodeStart(level=f"odland-1-{k}") for k in range(1, 5)]
+    assert planned_budget(EpisodeBudget(6), starts) == EpisodeBudget(4)  # an epoch's last slice
+    assert planned_budget(EpisodeBudget(4), starts) == EpisodeBudget(4)
+    assert planned_budget(EpisodeBudget(6), None) == EpisodeBudget(6)
+    assert planned_budget(TurnBudget(9), starts) == TurnBudget(9)
+    with pytest.raises(ValueError, match="got 4 episode starts for a step budget of 3"):
+        planned_budget(EpisodeBudget(3), starts)
+    with pytest.raises(ValueError, match="plan for this step is empty"):
+        planned_budget(EpisodeBudget(3), [])
+    budget, mine = rank_budget(planned_budget(EpisodeBudget(6), starts), starts, World(1, 2, 1))
+    assert budget == EpisodeBudget(2) and mine == starts[2:]
 
 
 def test_rank_zero_keeps_the_one_process_seeds_and_other_ranks_get_their_own() -> None:

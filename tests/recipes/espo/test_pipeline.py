@@ -28,15 +28,16 @@ from odyssey_core.stages import DONE_MARKER
 
 torch.set_num_threads(1)
 
-# the tiny pipeline, smaller still: two SFT steps, one ESPO step over every training episode
-# (two samples each, eight new tokens), short online episodes
+# the tiny pipeline, smaller still: two SFT steps, one epoch of ESPO over the 12 training
+# episodes in two steps (8, then the epoch's last 4; two samples each, eight new tokens), short
+# online episodes
 SMALL: dict[str, Any] = {
     "sft": {"epochs": 1, "settings": {"max_steps": 2}},
     "train": {
         "overrides": {
             "rollout": {
                 "samples_per_step": 2,
-                "episodes_per_step": 10,
+                "episodes_per_step": 8,
                 "generation": {"max_new_tokens": 8},
                 "history_window": 1,
             }
@@ -113,8 +114,8 @@ def test_stages_end_to_end_skip_on_rerun_and_the_registered_model_answers(
 
     cfg = small(tmp_path / "run")
     first = run_all(cfg)
-    assert first["data"]["episodes_train"] == 10 and first["sft"]["steps"] == 2
-    assert first["train"]["steps"] == 1
+    assert first["data"]["episodes_train"] == 12 and first["sft"]["steps"] == 2
+    assert first["train"]["steps"] == 2  # the second, shorter step plays the last 4 episodes
     report_path = Path(first["evaluate"]["report_markdown"])
     report = report_path.read_text()
     for column in ("EleAcc", "Op F1", "Step SR", "RecAcc", "always_no", "first_item"):
