@@ -550,10 +550,10 @@ def sft_here_or_launched(
     ``settings.launch`` asks for several processes (every rank's lines go to ``emit``, rank 0's
     metrics to ``on_metrics`` as it writes them). Returns the :class:`SFTResult`."""
     from odyssey_core.launch import LAUNCH_PRESET, run_training, sft_args, write_preset
-    from odyssey_core.sft.trainer import read_sft_result, run_sft
+    from odyssey_core.sft.trainer import SFTTrainer, read_sft_result
 
     if not settings.launch.launched:
-        return run_sft(
+        trainer = SFTTrainer(
             settings,
             dataset,
             model,
@@ -562,6 +562,7 @@ def sft_here_or_launched(
             callbacks=[on_metrics],
             system_prompts=system_prompts,
         )
+        return trainer.train()
     preset = write_preset(settings, out_dir / LAUNCH_PRESET)
     prompts_file = None
     if system_prompts:  # the launched command reads them from a file

@@ -42,7 +42,7 @@ from odyssey_core.config import (
     read_preset,
 )
 from odyssey_core.envs.base import Observation, TurnEnv
-from odyssey_core.eval.scenarios import check_scenario_names, check_start_states
+from odyssey_core.eval.scenarios import LevelStartSettings
 
 ActionSetName = Literal["original", "engineered"]
 
@@ -117,22 +117,12 @@ class BaselineEvalSettings(StrictModel):
     )
 
 
-class SB3PPOSettings(StrictModel):
+class SB3PPOSettings(LevelStartSettings):
     """One baseline run: which levels, how long, the PPO hyper-parameters and evaluation."""
 
     levels: list[str] = Field(default_factory=lambda: ["odland-1-1"], min_length=1)
     total_timesteps: int = Field(
         default=2_000_000, ge=1, description="samples = turns (Appendix D: up to 2e6)"
-    )
-    start_states: dict[str, Path] = Field(
-        default_factory=dict,
-        description="level -> a save-state file its episodes start from, in training and "
-        "evaluation (the Section 4.2 scenario); levels not named start at the level start",
-    )
-    start_scenarios: dict[str, str] = Field(
-        default_factory=dict,
-        description="level -> the scenario (eval/scenarios.py) its start state must be; "
-        "training and evaluation check every fact of it before the first episode",
     )
     task: Path | None = Field(
         default=None,
@@ -163,21 +153,13 @@ class SB3PPOSettings(StrictModel):
             )
         if self.n_envs < len(self.levels):
             raise ValueError(f"n_envs {self.n_envs} < {len(self.levels)} levels: some never play")
-        unknown = set(self.start_states) - set(self.levels)
-        if unknown:
-            raise ValueError(f"start_states names levels not trained on: {sorted(unknown)}")
-        for level, path in self.start_states.items():
-            if not Path(path).is_file():
-                raise ValueError(f"start_states[{level!r}]: no save-state file at {path}")
-        check_scenario_names(self.start_scenarios, "start_scenarios")
+        self.resolve_start_states(self.levels, section="")
         return self
 
     def check_start_states(self) -> None:
         """Each start state is the scenario ``start_scenarios`` names for its level (a
         :class:`~odyssey_core.eval.scenarios.ScenarioError` naming the fact that fails)."""
-        check_start_states(
-            self.start_scenarios, self.start_states, rom_path=self.env.game.rom_path, section=""
-        )
+        self.check_start_scenarios(self.env.game.rom_path, section="")
 
     @property
     def n_steps(self) -> int:

@@ -35,7 +35,9 @@ from typing import Any, Protocol
 
 import numpy as np
 from pyboy.plugins import game_wrapper_super_mario_land as sml_tables
+from pydantic import Field
 
+from odyssey_core.config import StrictModel, config_dir, resolve_data_path
 from odyssey_core.envs.pyboy.rom import RomError
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "Fact",
     "InfoBetween",
     "InfoEquals",
+    "LevelStartSettings",
     "ObstacleAhead",
     "Scenario",
     "ScenarioError",
@@ -659,3 +662,47 @@ def check_start_states(
                 f"names no state for {level}; add `{level}: {_lookup(name).path}` there"
             )
         check_scenario_state(name, start_states[level], rom_path=rom_path)
+
+
+class LevelStartSettings(StrictModel):
+    """The save state each level's episodes start from and the scenario it must be: the keys
+    an Odysseus run's ``rollout:`` section and the SB3 baseline's top level share."""
+
+    start_states: dict[str, Path] = Field(
+        default_factory=dict,
+        description="level -> a save-state file its episodes start from, in training and "
+        "evaluation (Section 4.2's scenario); levels not named start at the level start",
+    )
+    start_scenarios: dict[str, str] = Field(
+        default_factory=dict,
+        description="level -> the scenario (eval/scenarios.py) its start state must be; "
+        "every fact of it is checked before the first episode",
+    )
+
+    def resolve_start_states(self, levels: Sequence[str], section: str) -> None:
+        """Every named level is trained on and its state file exists (found in the working
+        directory or beside ``configs/``; the path is replaced by the one found), and every
+        scenario name is one of that level's; ``section`` prefixes the keys errors name."""
+        unknown = set(self.start_states) - set(levels)
+        if unknown:
+            raise ValueError(
+                f"{section}start_states names levels not trained on: {sorted(unknown)}"
+            )
+        for level, path in self.start_states.items():
+            found = resolve_data_path(path)
+            if not found.is_file():
+                raise ValueError(
+                    f"{section}start_states[{level!r}]: no save-state file at {path} (looked in "
+                    f"the working directory and under {config_dir().parent}); record one with "
+                    f"`odyssey scenario make {self.start_scenarios.get(level, 'NAME')} "
+                    f"--out {path}` (`odyssey scenario list` names the scenarios)"
+                )
+            self.start_states[level] = found
+        check_scenario_names(self.start_scenarios, f"{section}start_scenarios")
+
+    def check_start_scenarios(self, rom_path: str | Path | None, section: str) -> None:
+        """Each start state is the scenario named for its level (a :class:`ScenarioError`
+        naming the fact that fails); needs the ROM the states were made from."""
+        check_start_states(
+            self.start_scenarios, self.start_states, rom_path=rom_path, section=section
+        )

@@ -70,7 +70,7 @@ from odyssey_core.recipes.espo.train import build_trainer
 from odyssey_core.rl.checkpoint import latest_checkpoint, policy_dir
 from odyssey_core.rl.policy import resolve_base_model
 from odyssey_core.rl.trainer import Trainer
-from odyssey_core.sft.trainer import run_sft
+from odyssey_core.sft.trainer import SFTTrainer
 
 PIPELINE_PRESET = "tiny"
 TRAIN_DATA_SEED = 0
@@ -167,7 +167,7 @@ def cold_start(
     base = resolve_base_model(settings.model, work)
     if continue_from is not None:
         _copy_newest_checkpoint(continue_from, work / out_name)
-    result = run_sft(
+    trainer = SFTTrainer(
         espo_sft_settings(cfg),
         examples,
         base,
@@ -175,7 +175,7 @@ def cold_start(
         resume=True,
         system_prompts={SFT_GAME: ESPO_SYSTEM_PROMPT},
     )
-    return result.final_dir
+    return trainer.train().final_dir
 
 
 def _copy_newest_checkpoint(source_run: Path, out_dir: Path) -> None:

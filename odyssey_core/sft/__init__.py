@@ -18,7 +18,7 @@ _LAZY = lazy_exports(
             "PromptBuilder",
             "IGNORE_INDEX",
         ),
-        "odyssey_core.sft.trainer": ("SFTTrainer", "SFTResult", "latest_checkpoint", "run_sft"),
+        "odyssey_core.sft.trainer": ("SFTTrainer", "SFTResult", "latest_checkpoint"),
     },
 )
 

@@ -50,7 +50,7 @@ def sft_command(
     """Fine-tune MODEL on the teacher answers of DATASET; checkpoints and metrics go to OUT."""
     from odyssey_core.rl.distributed import leave_process_group
     from odyssey_core.sft.settings import load_sft_settings
-    from odyssey_core.sft.trainer import run_sft
+    from odyssey_core.sft.trainer import SFTTrainer
 
     overrides: dict = {}
     if max_steps is not None:
@@ -68,7 +68,7 @@ def sft_command(
     prompts = None
     if system_prompts_file is not None:
         prompts = json.loads(system_prompts_file.read_text())
-    result = run_sft(
+    trainer = SFTTrainer(
         settings,
         dataset_dir,
         model_dir,
@@ -77,5 +77,6 @@ def sft_command(
         callbacks=[echo],
         system_prompts=prompts,
     )
+    result = trainer.train()
     leave_process_group()
     click.echo(f"done: {result.steps} steps, final weights in {result.final_dir}")

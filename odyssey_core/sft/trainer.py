@@ -77,7 +77,6 @@ __all__ = [
     "cosine_schedule",
     "latest_checkpoint",
     "read_sft_result",
-    "run_sft",
 ]
 
 log = logging.getLogger(__name__)
@@ -610,26 +609,3 @@ def read_sft_result(out_dir: str | Path) -> SFTResult:
         train_loss = record.get("loss", train_loss)
         eval_loss = record.get("eval_loss", eval_loss)
     return SFTResult(final, steps, train_loss, eval_loss)
-
-
-def run_sft(
-    settings: SFTSettings,
-    dataset_dir: str | Path,
-    model_dir: str | Path,
-    out_dir: str | Path,
-    *,
-    resume: bool = False,
-    callbacks: Sequence[MetricsCallback] = (),
-    system_prompts: Mapping[str, str] | None = None,
-) -> SFTResult:
-    """Build an :class:`SFTTrainer` and train to the end."""
-    trainer = SFTTrainer(
-        settings,
-        dataset_dir,
-        model_dir,
-        out_dir,
-        resume=resume,
-        callbacks=callbacks,
-        system_prompts=system_prompts,
-    )
-    return trainer.train()

@@ -17,6 +17,7 @@ from odyssey_core.cli import main as odyssey_cli
 from odyssey_core.eval.scenarios import (
     PACKAGED_STATES,
     SCENARIOS,
+    LevelStartSettings,
     ScenarioError,
     ScenarioView,
     ScreenSprite,
@@ -49,6 +50,24 @@ def _first_frame(state: bytes) -> tuple[np.ndarray, dict]:
     finally:
         env.close()
     return observation.image, info
+
+
+def test_level_starts_resolve_their_paths_and_name_the_section_in_errors(tmp_path: Path) -> None:
+    state = tmp_path / "start.state"
+    state.write_bytes(b"saved")
+    starts = LevelStartSettings(
+        start_states={SCENARIO.env_id: state}, start_scenarios={SCENARIO.env_id: SCENARIO.name}
+    )
+    starts.resolve_start_states([SCENARIO.env_id], section="rollout.")
+    assert starts.start_states == {SCENARIO.env_id: state}
+    with pytest.raises(ValueError, match=r"^rollout\.start_states names levels not trained"):
+        starts.resolve_start_states(["odland-1-1"], section="rollout.")
+    missing = LevelStartSettings(start_states={SCENARIO.env_id: tmp_path / "gone.state"})
+    with pytest.raises(ValueError, match=r"^start_states\[.*no save-state file.*scenario make"):
+        missing.resolve_start_states([SCENARIO.env_id], section="")
+    wrong = LevelStartSettings(start_scenarios={"odland-1-1": SCENARIO.name})
+    with pytest.raises(ScenarioError, match=r"^start_scenarios\['odland-1-1'\].*not a scenario"):
+        wrong.resolve_start_states(["odland-1-1"], section="")
 
 
 # -- the packaged odland scenario ---------------------------------------------------------------

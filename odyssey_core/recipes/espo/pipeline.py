@@ -10,7 +10,7 @@ numbers, and writes ``done.json`` last, so a rerun with the same inputs skips th
   stage reads.
 * ``sft`` (the cold start; ``sft.enabled``): one example per demonstrated training step
   (:mod:`~odyssey_core.recipes.espo.sft_data`), :func:`sft_epochs` epochs of
-  :func:`odyssey_core.sft.trainer.run_sft` on the base model with the ESPO system prompt.
+  :class:`odyssey_core.sft.trainer.SFTTrainer` on the base model with the ESPO system prompt.
 * ``train`` (``train.enabled``; off for the SFT-only variants):
   :func:`~odyssey_core.recipes.espo.train.build_trainer` from the SFT model, resumable.
 * ``evaluate``: offline (teacher-forced) EleAcc / Op F1 / Step SR / RecAcc on the test split

@@ -11,7 +11,7 @@ outputs without redoing the work.
   switches it off): ``sft.episodes`` card episodes annotated by ``sft.corrector`` (the
   programmatic solver by default, as the paper's labels come from a task solver;
   :mod:`~odyssey_core.recipes.gtr.sft_data`), then one epoch of
-  :func:`odyssey_core.sft.trainer.run_sft` on the base model with GTR's system prompt.
+  :class:`odyssey_core.sft.trainer.SFTTrainer` on the base model with GTR's system prompt.
   Publishes the dataset and the fine-tuned model. :func:`stage_gtr_train` runs it first (its
   own stage run and done marker), so the ``train-gtr`` flow gets it without a task of its own.
 * ``train``: :func:`~odyssey_core.recipes.gtr.train.build_trainer` with ``resume=True`` in a folder

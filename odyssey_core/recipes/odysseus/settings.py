@@ -20,12 +20,10 @@ from pydantic import Field, model_validator
 from odyssey_core.config import (
     GameBoyEnvConfig,
     StrictModel,
-    config_dir,
     load_preset,
     redefault,
-    resolve_data_path,
 )
-from odyssey_core.eval.scenarios import check_scenario_names
+from odyssey_core.eval.scenarios import LevelStartSettings
 from odyssey_core.policy.base import GenerationParams
 from odyssey_core.rl.advantages import AdvantageSettings
 from odyssey_core.rl.settings import CriticSettings, ModelSettings
@@ -116,7 +114,7 @@ class CurriculumSettings(StrictModel):
     )
 
 
-class OdysseusRolloutSettings(RolloutSettings):
+class OdysseusRolloutSettings(RolloutSettings, LevelStartSettings):
     """How each training step collects its batch (Table 4 / Table 9 "rollout" rows)."""
 
     num_trajectories: int = Field(default=128, ge=1, description="complete episodes per step")
@@ -130,16 +128,6 @@ class OdysseusRolloutSettings(RolloutSettings):
         "generation",
         GenerationParams(temperature=1.0, top_p=1.0, max_new_tokens=1024),
         "Table 4: temperature 1, top_p 1, response length 1024",
-    )
-    start_states: dict[str, Path] = Field(
-        default_factory=dict,
-        description="level -> a save-state file its episodes start from (Section 4.2's "
-        "scenario); levels not named start at the level start",
-    )
-    start_scenarios: dict[str, str] = Field(
-        default_factory=dict,
-        description="level -> the scenario (eval/scenarios.py) its start state must be; "
-        "training checks every fact of it before the first rollout",
     )
 
 
@@ -175,20 +163,7 @@ class RLTrainSettings(TrainSettings):
     def _supported(self) -> RLTrainSettings:
         if len(set(self.levels)) != len(self.levels):
             raise ValueError(f"levels must be distinct, got {self.levels}")
-        unknown = set(self.rollout.start_states) - set(self.levels)
-        if unknown:
-            raise ValueError(f"rollout.start_states names levels not trained on: {sorted(unknown)}")
-        for level, path in self.rollout.start_states.items():
-            found = resolve_data_path(path)
-            if not found.is_file():
-                raise ValueError(
-                    f"rollout.start_states[{level!r}]: no save-state file at {path} (looked in "
-                    f"the working directory and under {config_dir().parent}); record one with "
-                    f"`odyssey scenario make {self.rollout.start_scenarios.get(level, 'NAME')} "
-                    f"--out {path}` (`odyssey scenario list` names the scenarios)"
-                )
-            self.rollout.start_states[level] = found
-        check_scenario_names(self.rollout.start_scenarios, "rollout.start_scenarios")
+        self.rollout.resolve_start_states(self.levels, section="rollout.")
         return self
 
 

@@ -22,7 +22,6 @@ from typing import Any
 
 from odyssey_core.envs.vector import SubprocVectorEnv, SyncVectorEnv
 from odyssey_core.eval.collapse import collapse_metrics
-from odyssey_core.eval.scenarios import check_start_states
 from odyssey_core.recipes.odysseus.curriculum import AutoCurriculum, CurriculumHook
 from odyssey_core.recipes.odysseus.settings import RLTrainSettings
 from odyssey_core.rl.build import ppo_objective, ppo_trainer_config, ppo_updater, rollout_collector
@@ -97,7 +96,7 @@ def build_trainer(
     out.mkdir(parents=True, exist_ok=True)
     checkpoint = latest_checkpoint(out) if resume else None
     # a missing or wrong scenario state fails here, before the model loads
-    check_start_states(s.rollout.start_scenarios, s.rollout.start_states, rom_path=s.env.rom_path)
+    s.rollout.check_start_scenarios(s.env.rom_path, section="rollout.")
     policy = build_policy(s.model, s.lora, out, checkpoint, game=s.model.game)
     collector, sync_hooks = rollout_collector(
         s.rollout.backend,
