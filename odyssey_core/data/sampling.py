@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -176,30 +176,11 @@ def _png_bytes(frame: np.ndarray, size: tuple[int, int] | None) -> tuple[bytes, 
     return encode_png(image), image
 
 
-def _decode(path: str, wanted: set[int], label: str, show: bool) -> dict[int, np.ndarray]:
-    from tqdm.auto import tqdm
-
-    frames: dict[int, np.ndarray] = {}
-    if not wanted:
-        return frames
-    last = max(wanted)
-    reader = imageio.get_reader(path, format="FFMPEG")
-    try:
-        with tqdm(total=last + 1, desc=f"decode {label}", unit="frame", disable=not show) as bar:
-            for index, frame in enumerate(reader):
-                if index in wanted:
-                    frames[index] = np.asarray(frame)
-                bar.update(1)
-                if index >= last:
-                    break
-    finally:
-        reader.close()
-    return frames
-
-
-def _stream(path: str, wanted: set[int], label: str, show: bool):
+def _stream(
+    path: str, wanted: set[int], label: str, show: bool
+) -> Iterator[tuple[int, np.ndarray]]:
     """Yield (index, frame) for the ``wanted`` frame indices in video order, one at a time
-    (a whole video's frames would not fit in memory)."""
+    (a whole video's frames would not fit in memory); decoding stops after the last one."""
     from tqdm.auto import tqdm
 
     if not wanted:
@@ -207,7 +188,7 @@ def _stream(path: str, wanted: set[int], label: str, show: bool):
     last = max(wanted)
     reader = imageio.get_reader(path, format="FFMPEG")
     try:
-        with tqdm(total=last + 1, desc=f"reserve {label}", unit="frame", disable=not show) as bar:
+        with tqdm(total=last + 1, desc=f"decode {label}", unit="frame", disable=not show) as bar:
             for index, frame in enumerate(reader):
                 if index in wanted:
                     yield index, np.asarray(frame)
@@ -348,7 +329,7 @@ def sample_frames(
             candidates_of[(w.name, number)] = set(indices)
             plan.append((s, want, indices))
         wanted = {i for _, _, indices in plan for i in indices}
-        decoded = _decode(w.video, wanted, w.name, config.show_progress)
+        decoded = dict(_stream(w.video, wanted, w.name, config.show_progress))
         for s, want, indices in plan:
             kept: list[SampledFrame] = []
             for i in indices:
