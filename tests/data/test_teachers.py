@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import model_fixtures
 import pytest
+from helpers_chat import ChatReply, ChatRequest, FakeChatServer
 
 from odyssey_core.data.sampling import SampledFrame, SamplingConfig, sample_frames
 from odyssey_core.data.teachers import (
@@ -107,82 +105,23 @@ def test_programmatic_refuses_frames_without_sidecar() -> None:
 
 
 # ----------------------------------------------------------------------------- a stub server
-class _Stub:
+class _Stub(FakeChatServer):
     """An OpenAI-compatible endpoint that fails on purpose: per frame, the first request gets
     a 429, the second a 500, the third hangs past the client timeout, then it answers."""
 
     def __init__(self, faults: tuple[str, ...] = ("429", "500", "timeout")) -> None:
+        super().__init__()
         self.faults = faults
-        self.hits: Counter[str] = Counter()
-        self.lock = threading.Lock()
-        stub = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                image = body["messages"][1]["content"][0]["image_url"]["url"]
-                with stub.lock:
-                    stub.hits[image] += 1
-                    attempt = stub.hits[image]
-                fault = stub.faults[attempt - 1] if attempt <= len(stub.faults) else "ok"
-                if fault == "timeout":
-                    threading.Event().wait(1.0)
-                    fault = "500"
-                if fault in ("429", "500"):
-                    payload = json.dumps({"error": {"message": "try later"}}).encode()
-                    self.send_response(int(fault))
-                    self.send_header("Retry-After", "0")
-                else:
-                    text = format_response("I see the hero.", "Run right.", ("b", "right"))
-                    payload = json.dumps(
-                        {
-                            "id": "x",
-                            "object": "chat.completion",
-                            "created": 0,
-                            "model": body["model"],
-                            "choices": [
-                                {
-                                    "index": 0,
-                                    "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": text},
-                                }
-                            ],
-                            "usage": {
-                                "prompt_tokens": 1000,
-                                "completion_tokens": 100,
-                                "total_tokens": 1100,
-                            },
-                        }
-                    ).encode()
-                    self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                # The client may have timed out and gone already.
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    @property
-    def total(self) -> int:
-        return sum(self.hits.values())
-
-    def __enter__(self) -> _Stub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, request: ChatRequest) -> ChatReply:
+        attempt = request.attempt
+        fault = self.faults[attempt - 1] if attempt <= len(self.faults) else "ok"
+        if fault == "timeout":
+            return ChatReply(status=500, delay_s=1.0)
+        if fault in ("429", "500"):
+            return ChatReply(status=int(fault))
+        text = format_response("I see the hero.", "Run right.", ("b", "right"))
+        return ChatReply(text=text, prompt_tokens=1000, completion_tokens=100)
 
 
 def _teacher(url: str, cache: Path, **options) -> OpenAITeacher:
@@ -210,7 +149,7 @@ def test_openai_teacher_retries_caches_and_counts_cost(sampled, tmp_path: Path) 
         rows, metrics = annotate_frames(
             _teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path
         )
-        assert len(rows) == 5 and stub.total == 5 * 4  # 429, 500, timeout, then the answer
+        assert len(rows) == 5 and stub.requests == 5 * 4  # 429, 500, timeout, then the answer
         assert metrics["requests"] == 5 and metrics["http_retries"] == 15
         assert metrics["prompt_tokens"] == 5000 and metrics["completion_tokens"] == 500
         assert metrics["cost_usd"] == pytest.approx(5 * (0.01 + 0.003))
@@ -221,7 +160,7 @@ def test_openai_teacher_retries_caches_and_counts_cost(sampled, tmp_path: Path) 
         rows2, metrics2 = annotate_frames(
             _teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path
         )
-        assert stub.total == 20 and metrics2["cache_hits"] == 5 and metrics2["cost_usd"] == 0
+        assert stub.requests == 20 and metrics2["cache_hits"] == 5 and metrics2["cost_usd"] == 0
         assert [r["response"] for r in rows2] == [r["response"] for r in rows]
         # Another model or other parameters are different cache keys.
         _, metrics3 = annotate_frames(
@@ -248,15 +187,15 @@ def test_openai_teacher_survives_a_crash_and_exhausted_retries(sampled, tmp_path
         teacher.policy.create_with_retries = crashing
         with pytest.raises(KeyboardInterrupt):
             annotate_frames(teacher, frames, root, tmp_path)
-        assert stub.total == 3
+        assert stub.requests == 3
         _, metrics = annotate_frames(_teacher(stub.url, tmp_path / "cache"), frames, root, tmp_path)
-        assert metrics["cache_hits"] == 3 and metrics["requests"] == 3 and stub.total == 6
+        assert metrics["cache_hits"] == 3 and metrics["requests"] == 3 and stub.requests == 6
         assert max(stub.hits.values()) == 1  # nothing was asked twice
     with _Stub(faults=("500",) * 10) as stub:
         teacher = _teacher(stub.url, tmp_path / "cache2", max_retries=1)
         with pytest.raises(TeacherError, match="2 of 2 frames") as failed:
             annotate_frames(teacher, frames[:2], root, tmp_path / "failed")
-        assert stub.total == 4
+        assert stub.requests == 4
     # the HTTP error rides along as the cause: the pipeline's retry rule calls a 500 transient
     from tasks.common import is_transient_error
 
@@ -294,79 +233,29 @@ O3_REFUSAL = "Unsupported parameter: '{name}' is not supported with this model."
 REASONING_TOKENS = 2000
 
 
-class _ReasoningStub:
+class _ReasoningStub(FakeChatServer):
     """An OpenAI-compatible endpoint that behaves like o3: it refuses ``temperature``,
     ``top_p`` and ``max_tokens`` with HTTP 400, and spends ``REASONING_TOKENS`` hidden tokens
     before answering, so a smaller ``max_completion_tokens`` ends with no text and finish
     reason ``length``. It records every request body."""
 
-    def __init__(self) -> None:
-        self.bodies: list[dict] = []
-        stub = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def reply(self, status: int, payload: dict) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                stub.bodies.append(body)
-                for name in ("temperature", "top_p", "max_tokens"):
-                    if name in body:
-                        message = O3_REFUSAL.format(name=name)
-                        if name == "max_tokens":
-                            message += " Use 'max_completion_tokens' instead."
-                        error = {"message": message, "type": "invalid_request_error"}
-                        self.reply(400, {"error": {**error, "param": name}})
-                        return
-                budget = int(body.get("max_completion_tokens", 10**6))
-                cut = budget < REASONING_TOKENS + 50
-                text = "" if cut else format_response("A hero.", "Go right.", ("right",))
-                used = budget if cut else REASONING_TOKENS + 50
-                self.reply(
-                    200,
-                    {
-                        "id": "r",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "length" if cut else "stop",
-                                "message": {"role": "assistant", "content": text},
-                            }
-                        ],
-                        "usage": {
-                            "prompt_tokens": 900,
-                            "completion_tokens": used,
-                            "total_tokens": 900 + used,
-                        },
-                    },
-                )
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> _ReasoningStub:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, request: ChatRequest) -> ChatReply:
+        body = request.body
+        for name in ("temperature", "top_p", "max_tokens"):
+            if name in body:
+                message = O3_REFUSAL.format(name=name)
+                if name == "max_tokens":
+                    message += " Use 'max_completion_tokens' instead."
+                error = {"message": message, "type": "invalid_request_error", "param": name}
+                return ChatReply(status=400, error=error)
+        budget = int(body.get("max_completion_tokens", 10**6))
+        cut = budget < REASONING_TOKENS + 50
+        return ChatReply(
+            text="" if cut else format_response("A hero.", "Go right.", ("right",)),
+            finish_reason="length" if cut else "stop",
+            prompt_tokens=900,
+            completion_tokens=budget if cut else REASONING_TOKENS + 50,
+        )
 
 
 def test_a_reasoning_model_is_sent_no_temperature_and_a_completion_budget(

@@ -8,9 +8,7 @@ levels played by the search expert."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -18,13 +16,12 @@ import signal
 import subprocess
 import sys
 import threading
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from helpers_chat import ChatReply, ChatRequest, FakeChatServer
 
 from odyssey_core.data.cli import CurateConfig, load_curate_config, run_annotate
 from odyssey_core.data.dataset import load_dataset, read_json, read_table, split_of
@@ -36,83 +33,35 @@ from odyssey_core.protocol import format_response
 REPO = Path(__file__).resolve().parents[2]
 
 
-class _Teacher:
+class _Teacher(FakeChatServer):
     """Answers like a VLM; the answer to every fourth image (by its hash) is unreadable.
     ``hold_at``: the n-th request is held unanswered until ``release`` (the test kills the
     client meanwhile)."""
 
     def __init__(self, hold_at: int | None = None) -> None:
-        self.hits: Counter[str] = Counter()
-        self.lock = threading.Lock()
+        super().__init__()
         self.hold_at = hold_at
         self.held = threading.Event()
         self.release = threading.Event()
-        teacher = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                image = body["messages"][-1]["content"][0]["image_url"]["url"]
-                key = hashlib.sha256(image.encode()).hexdigest()
-                with teacher.lock:
-                    teacher.hits[key] += 1
-                    number = sum(teacher.hits.values())
-                if number == teacher.hold_at:
-                    teacher.held.set()
-                    teacher.release.wait(60)
-                if int(key[:8], 16) % 4 == 0:
-                    text = "I think I should run to the right."  # no <answer>: quarantined
-                else:
-                    text = format_response(
-                        "Odland's hero stands on the ground, the level runs to the right.",
-                        "Nothing blocks the way, so I run right.",
-                        ("right",),
-                    )
-                payload = json.dumps(
-                    {
-                        "id": "x",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "finish_reason": "stop",
-                                "message": {"role": "assistant", "content": text},
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-                    }
-                ).encode()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    @property
-    def requests(self) -> int:
-        return sum(self.hits.values())
-
-    def __enter__(self) -> _Teacher:
-        self.thread.start()
-        return self
+    def answer(self, request: ChatRequest) -> ChatReply:
+        if request.number == self.hold_at:
+            self.held.set()
+            self.release.wait(60)
+        if int(hashlib.sha256(request.image.encode()).hexdigest()[:8], 16) % 4 == 0:
+            # no <answer>: quarantined
+            return ChatReply(text="I think I should run to the right.")
+        return ChatReply(
+            text=format_response(
+                "Odland's hero stands on the ground, the level runs to the right.",
+                "Nothing blocks the way, so I run right.",
+                ("right",),
+            )
+        )
 
     def __exit__(self, *exc: Any) -> None:
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().__exit__(*exc)
 
 
 @pytest.fixture(scope="module")
