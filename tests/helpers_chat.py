@@ -25,13 +25,14 @@ class ChatRequest:
 @dataclass(frozen=True)
 class ChatReply:
     status: int = 200
-    text: str = ""
+    text: str | None = ""
     finish_reason: str = "stop"
     prompt_tokens: int = 10
     completion_tokens: int = 10
     # the error object of a reply that is not 200 (sent with Retry-After: 0)
     error: dict[str, Any] = field(default_factory=lambda: {"message": "try later"})
     delay_s: float = 0.0  # held this long before it is sent (past a client's timeout)
+    tool_calls: list[dict[str, Any]] | None = None  # sent with finish reason "tool_calls"
 
 
 def _image_of(body: dict[str, Any]) -> str:
@@ -86,6 +87,9 @@ class FakeChatServer:
         if reply.status != 200:
             return {"error": reply.error}
         tokens = reply.prompt_tokens + reply.completion_tokens
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = reply.tool_calls
         return {
             "id": "x",
             "object": "chat.completion",
@@ -94,8 +98,8 @@ class FakeChatServer:
             "choices": [
                 {
                     "index": 0,
-                    "finish_reason": reply.finish_reason,
-                    "message": {"role": "assistant", "content": reply.text},
+                    "finish_reason": "tool_calls" if reply.tool_calls else reply.finish_reason,
+                    "message": message,
                 }
             ],
             "usage": {

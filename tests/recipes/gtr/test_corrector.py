@@ -4,13 +4,12 @@ settings, and rewards."""
 from __future__ import annotations
 
 import json
-import threading
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers_chat import ChatReply, ChatRequest, FakeChatServer
 
 from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.games import (
@@ -128,67 +127,33 @@ def test_correction_json_and_tool() -> None:
 
 
 # ------------------------------------------------------------------------------ stub server
-class StubAPI:
-    """A chat-completions server on 127.0.0.1 that plays back scripted assistant messages."""
+class StubAPI(FakeChatServer):
+    """A chat-completions server on 127.0.0.1 that plays back scripted assistant messages
+    (``{"content": ..., "tool_calls": ...}``), one per request."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.script: deque[dict[str, Any]] = deque()
-        self.bodies: list[dict[str, Any]] = []
-        api = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                api.bodies.append(body)
-                message = api.script.popleft()
-                finish = "tool_calls" if message.get("tool_calls") else "stop"
-                payload = json.dumps(
-                    {
-                        "id": "stub",
-                        "object": "chat.completion",
-                        "created": 0,
-                        "model": body["model"],
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": {"role": "assistant", **message},
-                                "finish_reason": finish,
-                            }
-                        ],
-                        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def answer(self, request: ChatRequest) -> ChatReply:
+        message = self.script.popleft()
+        return ChatReply(
+            text=message.get("content"),
+            tool_calls=message.get("tool_calls"),
+            prompt_tokens=1,
+            completion_tokens=1,
+        )
 
 
 @pytest.fixture
 def stub() -> Any:
-    api = StubAPI()
-    yield api
-    api.close()
+    with StubAPI() as api:
+        yield api
 
 
 def _openai(stub: StubAPI) -> OpenAICorrector:
     fast = RetrySettings(max_retries=1, initial_backoff=0.001, max_total_wait=1.0)
-    return make_corrector(
-        "openai", model="stub-vlm", base_url=stub.base_url, retry=fast, timeout=10.0
-    )
+    return make_corrector("openai", model="stub-vlm", base_url=stub.url, retry=fast, timeout=10.0)
 
 
 GOOD = {
@@ -435,7 +400,7 @@ def test_preset_configures_the_openai_corrector(stub: StubAPI, monkeypatch) -> N
     """rollout.corrector as a mapping: the name and its arguments reach the requests."""
     from odyssey_core.recipes.gtr.settings import load_gtr_settings
 
-    monkeypatch.setenv("TEST_CORRECTOR_URL", stub.base_url)
+    monkeypatch.setenv("TEST_CORRECTOR_URL", stub.url)
     spec = {
         "name": "openai",
         "model": "stub-vlm",
@@ -652,7 +617,7 @@ def test_the_paper_alfworld_preset_asks_gpt_4o_and_the_oracle_is_a_named_option(
         assert rollout.corrector == "alfworld" and rollout.corrector_kwargs == {}
         assert describe_corrector(rollout.corrector)["oracle"]
     # the preset's corrector, pointed at the stub server by its environment variables
-    monkeypatch.setenv("GTR_CORRECTOR_BASE_URL", stub.base_url)
+    monkeypatch.setenv("GTR_CORRECTOR_BASE_URL", stub.url)
     monkeypatch.setenv("GTR_CORRECTOR_MODEL", "stub-vlm")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     corrector = build_corrector(paper.corrector, paper.corrector_kwargs)
