@@ -173,7 +173,12 @@ def test_sft_only_registers_the_sft_model(tmp_path: Path, monkeypatch) -> None:
 def test_train_espo_flow_on_a_prefect_server(prefect_server, tmp_path: Path) -> None:
     from flows.espo import train_espo_flow
 
-    overrides = {"run_dir": str(tmp_path / "run"), **SMALL}
+    # the stages are checked end to end above; here one short step (two episodes) is enough
+    train = SMALL["train"]["overrides"]
+    short = {
+        "overrides": {**train, "steps": 1, "rollout": {**train["rollout"], "episodes_per_step": 2}}
+    }
+    overrides = {"run_dir": str(tmp_path / "run"), **SMALL, "train": short}
     result = train_espo_flow(preset="tiny", overrides=overrides, variant="vanilla_grpo")
     assert set(result) == {"data", "sft", "train", "evaluate", "register"}
     assert result["register"]["version"] == 1
