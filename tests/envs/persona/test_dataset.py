@@ -71,16 +71,8 @@ def test_smartspot_like_has_the_papers_shape() -> None:
     episodes = generate_episodes("smartspot_like", 0)
     assert len(episodes) == 122
     assert Counter(e.split for e in episodes) == {"train": 98, "val": 12, "test": 12}
-    by_channel = Counter(e.channel for e in episodes)
-    assert by_channel == {
-        "food": 20,
-        "hotel": 20,
-        "flight": 20,
-        "movie": 20,
-        "medicine": 20,
-        "travel": 12,
-        "travel_dining": 10,
-    }
+    by_channel = Counter(e.channel for e in episodes)  # per channel: test_statistics.py
+    assert len(by_channel) == 7
     for channel in by_channel:  # every channel is in every split
         assert {e.split for e in episodes if e.channel == channel} == {"train", "val", "test"}
     steps = sum(len(e.steps) for e in episodes)
