@@ -95,7 +95,6 @@ class Corrector(ABC):
     def __init__(self) -> None:
         self._counts: Counter[str] = Counter()  # what metrics() reports
 
-    @abstractmethod
     def correct(
         self,
         observation: Observation,
@@ -103,7 +102,14 @@ class Corrector(ABC):
         action: str | None,
         info: Mapping[str, Any],
         memory: EpisodeMemory | None = None,
-    ) -> Correction: ...
+    ) -> Correction:
+        """The correction of one step: what the agent saw, its thought (None: it gave none),
+        the action it chose and the env's step info."""
+        return self.correct_step(StepToCorrect(observation, thought or "", action, info), memory)
+
+    @abstractmethod
+    def correct_step(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        """The correction of ``step`` (:meth:`correct`'s arguments as one value)."""
 
     def correct_response(
         self,
@@ -165,26 +171,19 @@ class Corrector(ABC):
 
 
 class JudgingCorrector(Corrector):
-    """A corrector that judges each step itself (:meth:`judge`); ``correct`` counts the step
+    """A corrector that judges each step itself (:meth:`judge`); ``correct_step`` counts the step
     (``corrections``, ``memory.steps``), and of a valid verdict whether it agrees, and keeps
     the agent's own thought where the verdict says it is right."""
 
-    def correct(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        memory: EpisodeMemory | None = None,
-    ) -> Correction:
+    def correct_step(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
         self._counts["corrections"] += 1
         if memory is not None:
             memory.steps += 1
-        result = self.judge(StepToCorrect(observation, thought or "", action, info), memory)
+        result = self.judge(step, memory)
         if not result.valid:
             return result
         self._counts["agreements" if result.agrees else "disagreements"] += 1
-        return self.keep_if_correct(result, thought, action)
+        return self.keep_if_correct(result, step.thought, step.action)
 
     @abstractmethod
     def judge(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:

@@ -10,13 +10,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from odyssey_core.envs.base import Observation
 from odyssey_core.envs.cards.render import RANKS, card_value
 from odyssey_core.recipes.gtr.corrector.base import (
     FORMULA_GAMES,
     Correction,
     Corrector,
     EpisodeMemory,
+    StepToCorrect,
 )
 from odyssey_core.recipes.gtr.corrector.programmatic import ProgrammaticCorrector
 
@@ -57,27 +57,21 @@ class NoisyProgrammaticCorrector(Corrector):
         self.exact = ProgrammaticCorrector()
         self._rng = random.Random(self.seed)
 
-    def correct(
-        self,
-        observation: Observation,
-        thought: str | None,
-        action: str | None,
-        info: Mapping[str, Any],
-        memory: EpisodeMemory | None = None,
-    ) -> Correction:
-        exact = self.exact.correct(observation, thought, action, info, memory)
+    def correct_step(self, step: StepToCorrect, memory: EpisodeMemory | None) -> Correction:
+        exact = self.exact.correct_step(step, memory)
+        thought, action, info = step.thought, step.action, step.info
         legal = [str(a) for a in info.get("legal_actions", ())]
         if self._rng.random() >= self.error_rate or not legal:
             return exact
         kinds = []
-        if not exact.agrees and (thought or "").strip() and action in legal:
+        if not exact.agrees and thought.strip() and action in legal:
             kinds.append("approved_wrong_thought")
         if exact.action is not None:
             kinds.append("misread")
         if exact.action is None or len(legal) > 1:
             kinds.append("wrong_action")
         kind = self._rng.choice(kinds)
-        wrong = self._inject(kind, exact, thought or "", action, info, legal)
+        wrong = self._inject(kind, exact, thought, action, info, legal)
         self._counts["injected_errors"] += 1
         self._counts[f"injected/{kind}"] += 1
         return wrong
