@@ -9,7 +9,9 @@ weights root, block the process, or poison the served model.
   ``O_NONBLOCK | O_NOFOLLOW`` and checked with ``fstat`` before a byte is read: a FIFO, a
   socket or a device named ``*.safetensors`` is refused at once instead of hanging an
   ``open`` that holds the interpreter (safetensors' own reader opens by path, holding the
-  GIL). The file is then memory-mapped and its header parsed here, with every offset checked
+  GIL). Every folder on the way is opened from the root down without following a symlink,
+  so a folder swapped for a link between the check and the open cannot lead outside. The
+  file is then memory-mapped and its header parsed here, with every offset checked
   against the file's size.
 * **Checked before any copy.** Every name and shape must match the served model, and every
   floating-point tensor must be finite in the served dtype (a finite float32 can overflow
@@ -136,6 +138,25 @@ class WeightsRoot:
             files.append(resolved)
         return files
 
+    def open_inside(self, path: Path, flags: int) -> int:
+        """Open ``path`` (resolved, inside the root) one component at a time from the root,
+        following no symlink on the way. :meth:`folder` and :meth:`weight_files` check a path
+        when it is asked for; a folder on it swapped for a symlink after that check fails here
+        (``ELOOP`` / ``ENOTDIR``) instead of leading outside the root."""
+        parts = path.relative_to(self.path).parts
+        if not parts:
+            raise WeightFolderError("the weights root itself is not a file")
+        walk = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        folder_fd = os.open(self.path, walk)
+        try:
+            for part in parts[:-1]:
+                inner = os.open(part, walk, dir_fd=folder_fd)
+                os.close(folder_fd)
+                folder_fd = inner
+            return os.open(parts[-1], flags | os.O_NOFOLLOW, dir_fd=folder_fd)
+        finally:
+            os.close(folder_fd)
+
     @staticmethod
     def _outside() -> WeightsOutsideRoot:
         return WeightsOutsideRoot(
@@ -159,11 +180,13 @@ class SafetensorsFile:
                 self._map.close()
 
 
-def open_safetensors(path: Path, display: str) -> SafetensorsFile:
+def open_safetensors(path: Path, display: str, root: WeightsRoot | None = None) -> SafetensorsFile:
     """Open ``path`` (already resolved) without blocking or following a symlink, refuse
-    anything but a regular file, and parse its header into tensor views."""
+    anything but a regular file, and parse its header into tensor views. With ``root``, no
+    folder on the way is followed either (:meth:`WeightsRoot.open_inside`)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = root.open_inside(path, flags) if root is not None else os.open(path, flags)
     except OSError:
         raise WeightFolderError(f"{display!r} cannot be opened") from None
     try:
@@ -275,7 +298,7 @@ def check_weights(root: WeightsRoot, requested: str, model: torch.nn.Module) -> 
     try:
         named: dict[str, torch.Tensor] = {}
         for path in root.weight_files(folder):
-            file = open_safetensors(path, root.display(path))
+            file = open_safetensors(path, root.display(path), root)
             files.append(file)
             for name, tensor in file.tensors.items():
                 if name in named:

@@ -116,6 +116,31 @@ def test_the_root_resolves_inside_and_refuses_outside(tmp_path: Path) -> None:
         WeightsRoot(tmp_path / "nowhere")
 
 
+def test_a_folder_swapped_for_a_link_after_the_check_cannot_lead_outside(
+    tmp_path: Path,
+) -> None:
+    root_path, outside = tmp_path / "root", tmp_path / "outside"
+    (root_path / "run" / "step").mkdir(parents=True)
+    (outside / "step").mkdir(parents=True)
+    save_file({"w": torch.zeros(2)}, str(root_path / "run" / "step" / "model.safetensors"))
+    save_file({"w": torch.ones(2)}, str(outside / "step" / "model.safetensors"))
+    root = WeightsRoot(root_path)
+    folder = root.folder("run/step")
+    (path,) = root.weight_files(folder)
+    inside = open_safetensors(path, "run/step/model.safetensors", root)
+    assert torch.equal(inside.tensors["w"], torch.zeros(2))
+    inside.close()
+
+    # between the check and the open, a writer inside the root swaps `run` for a link out
+    (root_path / "run").rename(root_path / "run-checked")
+    (root_path / "run").symlink_to(outside, target_is_directory=True)
+    followed = open_safetensors(path, "run/step/model.safetensors")  # the last name only
+    assert torch.equal(followed.tensors["w"], torch.ones(2))  # the race a plain open loses
+    followed.close()
+    with pytest.raises(WeightFolderError, match=r"'run/step/model\.safetensors' cannot be opened"):
+        open_safetensors(path, "run/step/model.safetensors", root)
+
+
 def test_check_weights_compares_names_shapes_and_values(tmp_path: Path) -> None:
     model = torch.nn.Linear(3, 2).half()  # served in float16
     root = WeightsRoot(tmp_path)
