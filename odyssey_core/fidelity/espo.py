@@ -40,6 +40,7 @@ from odyssey_core.envs.persona.dataset import (
     write_dataset,
 )
 from odyssey_core.envs.persona.episode import EpisodeRecord
+from odyssey_core.fidelity.checkpoint_runs import CheckpointRun
 from odyssey_core.fidelity.report import (
     FidelityReport,
     Figure,
@@ -687,6 +688,53 @@ def cold_start_headroom(
     )
 
 
+#: where the real-checkpoint runs expect the paper's backbone (the travel preset's comment)
+ESPO_CHECKPOINT = "/models/Qwen2.5-VL-3B-Instruct"
+
+
+def espo_checkpoint_run(seeds: int = 3) -> CheckpointRun:
+    """The paper's pipeline (``train-espo/travel``: SmartSpot-like data, the paper preset) with
+    a pretrained 3B backbone, per variant and training seed: what would decide the orderings
+    this comparison cannot, whose effects rest on a model that already reads screens."""
+
+    def params(variant: str, seed: int) -> dict[str, Any]:
+        tag = f"{variant}-s{seed}"
+        return {
+            "variant": variant,
+            "overrides": {
+                "run_dir": f"out/espo/checkpoint-{tag}",
+                "game": f"espo-smartspot-{tag}",
+                "sft": {"settings": {"seed": seed}},
+                "train": {"overrides": {"seed": seed, "model": {"path": ESPO_CHECKPOINT}}},
+            },
+        }
+
+    return CheckpointRun.per_arm_and_seed(
+        "train-espo/travel",
+        decides=(
+            "ESPO beats vanilla GRPO from the same cold start (Step SR)",
+            "RL with ESPO beats the SFT cold start alone (Step SR)",
+            "RL with ESPO beats the SFT cold start alone on recommendations (RecAcc)",
+            "removing the COUT reward (w = 0) makes ESPO worse (Step SR)",
+        ),
+        needs=(
+            "a pretrained VLM that reads screens and knows what a hotel or movie app's users "
+            "tend to prefer (the paper's Qwen2.5-VL-3B). The tiny random model gets almost no "
+            "reward from grounding and, on the recommendation steps, learns the majority label "
+            "(RecAcc = always No), so RL has nothing to sort; R_COUT needs intent answers it "
+            f"rarely gives. Set the checkpoint folder in place of {ESPO_CHECKPOINT}."
+        ),
+        reads=(
+            "Step SR and RecAcc of each run's candidate on the test split (its evaluate report, "
+            "<run_dir>/evaluate/candidate/report/report.md, and scores.json beside it); per "
+            "variant the mean over the seeds, ordered with the one-sided Welch test used here."
+        ),
+        arms=("sft_only", "vanilla_grpo", "espo", "no_cout"),
+        seeds=seeds,
+        params=params,
+    )
+
+
 def run_espo(run: FidelityRun) -> FidelityReport:
     """The ESPO comparison: every variant from every training seed, evaluated on held-out
     generated episodes; each (variant, seed) result is cached in ``run.work_dir``."""
@@ -780,6 +828,7 @@ def run_espo(run: FidelityRun) -> FidelityReport:
         figures=_figures(results, steps),
         caveats=caveats,
         headroom=[cold_start_headroom(results, eval_data, sizes)],
+        checkpoint_runs=[espo_checkpoint_run()],
         elapsed_s=time.perf_counter() - started,
         data={"results": results, "sizes": sizes.__dict__, "rl_steps": steps},
     )

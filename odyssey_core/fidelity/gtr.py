@@ -39,6 +39,7 @@ import yaml
 
 from odyssey_core.config import config_dir, deep_merge
 from odyssey_core.eval.stats import wilson_interval
+from odyssey_core.fidelity.checkpoint_runs import CheckpointRun
 from odyssey_core.fidelity.report import (
     FidelityReport,
     Figure,
@@ -502,6 +503,57 @@ def warm_headroom(
     )
 
 
+#: where the real-checkpoint runs expect a pretrained VLM (the paper's is LLaVA-1.6-7B; the
+#: policy loads the Qwen-VL family)
+GTR_CHECKPOINT = "/models/Qwen2.5-VL-7B-Instruct"
+#: the training presets (under configs/gtr/) of the real-checkpoint runs' arms
+GTR_CHECKPOINT_ARMS = {"gtr": "points24", "rl4vlm": "ablations/rl_only"}
+
+
+def gtr_checkpoint_run(seeds: int = 3) -> CheckpointRun:
+    """The as-published Points24 pipeline (``train-gtr/points24``: one SFT epoch on
+    solver-annotated deals, then Table 2's preset) with a pretrained VLM, GTR against RL4VLM
+    per training seed: what would decide the claims this comparison cannot."""
+
+    def params(arm: str, seed: int) -> dict[str, Any]:
+        tag = f"{arm}-s{seed}"
+        return {
+            "overrides": {
+                "run_dir": f"out/gtr/checkpoint-{tag}",
+                "game": f"gtr-points24-{tag}",
+                "sft": {"settings": {"seed": seed}},
+                "train": {
+                    "preset": GTR_CHECKPOINT_ARMS[arm],
+                    "overrides": {"seed": seed, "model": {"path": GTR_CHECKPOINT}},
+                },
+            }
+        }
+
+    return CheckpointRun.per_arm_and_seed(
+        "train-gtr/points24",
+        decides=(
+            "cards-points24: GTR > RL4VLM (success rate)",
+            "cards-points24: RL4VLM's thoughts collapse (distinct-2 falls), GTR's do not",
+        ),
+        needs=(
+            "a model that reads card ranks from pixels and writes coherent thoughts before RL "
+            "(the paper's LLaVA after SFT). The tiny random vision tower reads neither: success "
+            "sits at random play's floor, and there are no coherent thoughts to collapse. GTR's "
+            "arm asks GPT-4o for corrections (OPENAI_API_KEY; GTR_CORRECTOR_BASE_URL / _MODEL "
+            f"for another server). Set the checkpoint folder in place of {GTR_CHECKPOINT}."
+        ),
+        reads=(
+            "the success rate over the evaluation deals and the thought-collapse metrics of "
+            "each run's candidate (<run_dir>/evaluate/candidate/report/report.md, scores.json "
+            "beside it); per arm the mean over the seeds, ordered with the one-sided Welch test "
+            "used here."
+        ),
+        arms=tuple(GTR_CHECKPOINT_ARMS),
+        seeds=seeds,
+        params=params,
+    )
+
+
 def run_gtr(run: FidelityRun) -> FidelityReport:
     """The comparison end to end; see the module docstring."""
     started = time.perf_counter()
@@ -734,6 +786,7 @@ def run_gtr(run: FidelityRun) -> FidelityReport:
         figures=figures,
         caveats=caveats,
         headroom=list(headroom.values()),
+        checkpoint_runs=[gtr_checkpoint_run()],
         elapsed_s=time.perf_counter() - started,
         data={"sizes": asdict(sizes), "steps": steps, "results": results, "warm": warm_data},
     )

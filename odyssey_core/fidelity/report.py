@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from odyssey_core.common.tables import html_table, markdown_table
+from odyssey_core.fidelity.checkpoint_runs import CheckpointRun
 from odyssey_core.fidelity.run import FidelityRun
 from odyssey_core.fidelity.stats import Band, Verdict
 
 REPORT_FILES = ("report.md", "report.html", "report.json")
+CHECKPOINT_RUNS_TITLE = "What a real checkpoint on a GPU would decide"
 #: A warm start this close to an end (a share of the range) sits at it: the comparison cannot
 #: move that way, and a metric at its floor cannot show a gap between arms.
 AT_END_TOLERANCE = 0.02
@@ -161,6 +163,8 @@ class FidelityReport:
     figures: list[Figure] = field(default_factory=list)
     caveats: list[str] = field(default_factory=list)  # what this can and cannot show
     headroom: list[Headroom] = field(default_factory=list)  # each warm start between its ends
+    # what a real checkpoint on a GPU would decide that this CPU comparison cannot
+    checkpoint_runs: list[CheckpointRun] = field(default_factory=list)
     seeds: int = 0
     quick: bool = False
     elapsed_s: float = 0.0
@@ -282,6 +286,20 @@ def to_markdown(report: FidelityReport, figure_paths: dict[str, str]) -> str:
         lines += [f"![{f.title}]({figure_paths[f.name]})" for f in report.figures] + [""]
     if report.caveats:
         lines += ["## What this can and cannot show", "", *(f"- {c}" for c in report.caveats), ""]
+    if report.checkpoint_runs:
+        lines += [f"## {CHECKPOINT_RUNS_TITLE}", ""]
+        for plan in report.checkpoint_runs:
+            lines += [
+                f"- Decides: {'; '.join(plan.decides)}.",
+                f"- Needs: {plan.needs}",
+                f"- Read: {plan.reads}",
+                f"- Runs: {len(plan.runs)} of `{plan.deployment}` (arm x seed):",
+                "",
+                "```bash",
+                *plan.commands,
+                "```",
+                "",
+            ]
     return "\n".join(lines)
 
 
@@ -335,6 +353,15 @@ def to_html(report: FidelityReport, pngs: dict[str, Path]) -> str:
         parts.append("<h2>What this can and cannot show</h2><ul>")
         parts += [f"<li>{esc(c)}</li>" for c in report.caveats]
         parts.append("</ul>")
+    if report.checkpoint_runs:
+        parts.append(f"<h2>{esc(CHECKPOINT_RUNS_TITLE)}</h2>")
+    for plan in report.checkpoint_runs:
+        parts.append(
+            f"<ul><li>Decides: {esc('; '.join(plan.decides))}.</li><li>Needs: {esc(plan.needs)}"
+            f"</li><li>Read: {esc(plan.reads)}</li><li>Runs: {len(plan.runs)} of "
+            f"<code>{esc(plan.deployment)}</code> (arm x seed):</li></ul>"
+        )
+        parts.append("<pre>" + esc("\n".join(plan.commands)) + "</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -367,6 +394,7 @@ def write_report(report: FidelityReport, out_dir: str | Path) -> Path:
     payload["verdicts"] = report.verdicts
     payload["headroom"] = [h.to_json() for h in report.headroom]
     payload["headroom_flags"] = report.headroom_flags
+    payload["checkpoint_runs"] = [plan.to_json() for plan in report.checkpoint_runs]
     payload["figure_files"] = relative
     (out / "report.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
     return out / "report.md"
@@ -411,6 +439,15 @@ def check_report(folder: str | Path) -> list[str]:
             problems.append(f"a headroom entry has no {', '.join(missing)}: {entry}")
     if headroom and "## Headroom of the warm start" not in markdown:
         problems.append("report.md does not state the headroom")
+    for plan in data.get("checkpoint_runs") or []:
+        missing = [k for k in ("decides", "needs", "reads", "commands") if not plan.get(k)]
+        if missing:
+            problems.append(
+                f"a checkpoint run has no {', '.join(missing)}: {plan.get('deployment')}"
+            )
+        for command in plan.get("commands") or []:
+            if command not in markdown:
+                problems.append(f"report.md does not give the command {command!r}")
     for name, rel in (data.get("figure_files") or {}).items():
         png = folder / rel
         if not png.is_file() or png.read_bytes()[:8] != b"\x89PNG\r\n\x1a\n":

@@ -54,6 +54,8 @@ def test_quick_report_is_well_formed_with_every_claim_and_figure(
     cold = [r["metrics"]["step_sr"]["value"] for r in results["sft_only"]]
     assert headroom["warm_start"] == pytest.approx(100 * sum(cold) / len(cold))
     assert any(line.startswith("Best achievable RecAcc: ") for line in data["setup"])
+    (plan,) = data["checkpoint_runs"]  # the run with a real backbone that would decide them
+    assert plan["deployment"] == "train-espo/travel" and set(plan["decides"]) <= claims
     assert all(len(per_seed) == 2 for per_seed in results.values())
     for variant in espo.RL_VARIANTS:  # equal RL steps, a curve point per step
         assert all(r["rl_steps"] == espo.QUICK_SIZES.rl_steps for r in results[variant])

@@ -35,6 +35,8 @@ def test_quick_report_is_well_formed(quick_run: tuple[FidelityRun, Path]) -> Non
     assert "noisy_programmatic" in setup and "not an oracle" in setup
     assert "openai" in setup  # trained or skipped, and said which
     assert data["seeds"] == 2 and data["quick"] is True
+    (plan,) = data["checkpoint_runs"]  # Points24 with a real checkpoint, GTR vs RL4VLM
+    assert plan["deployment"] == "train-gtr/points24" and len(plan["commands"]) == 6
     headroom = {h["label"]: h for h in data["headroom"]}
     assert set(headroom) == set(gtr.QUICK_SIZES.envs)
     sizes = gtr.QUICK_SIZES
