@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from odyssey_core.config import deep_merge
+
 __all__ = ["CheckpointRun", "DeploymentRun", "deployment_command"]
 
 
@@ -54,15 +56,30 @@ class CheckpointRun:
         decides: Sequence[str],
         needs: str,
         reads: str,
-        arms: Sequence[str],
+        arms: Mapping[str, Mapping[str, Any]],
         seeds: int,
-        params: Any,
+        checkpoint: str,
+        run_dir: str,
+        game: str,
     ) -> CheckpointRun:
-        """One run per arm and seed; ``params(arm, seed)`` gives each run's flow parameters."""
-        runs = tuple(
-            DeploymentRun(arm, seed, params(arm, seed)) for arm in arms for seed in range(seeds)
-        )
-        return cls(deployment, tuple(decides), needs, reads, runs)
+        """One run per arm and seed: the arm's own flow parameters (``arms[arm]``) over what
+        every run sets, its folder ``<run_dir>-<arm>-s<seed>`` and registered model
+        ``<game>-<arm>-s<seed>``, the seed of its SFT and training, and ``checkpoint`` as the
+        training preset's model."""
+        runs = []
+        for arm, own in arms.items():
+            for seed in range(seeds):
+                tag = f"{arm}-s{seed}"
+                common = {
+                    "overrides": {
+                        "run_dir": f"{run_dir}-{tag}",
+                        "game": f"{game}-{tag}",
+                        "sft": {"settings": {"seed": seed}},
+                        "train": {"overrides": {"seed": seed, "model": {"path": checkpoint}}},
+                    }
+                }
+                runs.append(DeploymentRun(arm, seed, deep_merge(common, dict(own))))
+        return cls(deployment, tuple(decides), needs, reads, tuple(runs))
 
     @property
     def commands(self) -> list[str]:

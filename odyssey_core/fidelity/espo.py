@@ -696,19 +696,6 @@ def espo_checkpoint_run(seeds: int = 3) -> CheckpointRun:
     """The paper's pipeline (``train-espo/travel``: SmartSpot-like data, the paper preset) with
     a pretrained 3B backbone, per variant and training seed: what would decide the orderings
     this comparison cannot, whose effects rest on a model that already reads screens."""
-
-    def params(variant: str, seed: int) -> dict[str, Any]:
-        tag = f"{variant}-s{seed}"
-        return {
-            "variant": variant,
-            "overrides": {
-                "run_dir": f"out/espo/checkpoint-{tag}",
-                "game": f"espo-smartspot-{tag}",
-                "sft": {"settings": {"seed": seed}},
-                "train": {"overrides": {"seed": seed, "model": {"path": ESPO_CHECKPOINT}}},
-            },
-        }
-
     return CheckpointRun.per_arm_and_seed(
         "train-espo/travel",
         decides=(
@@ -729,9 +716,11 @@ def espo_checkpoint_run(seeds: int = 3) -> CheckpointRun:
             "<run_dir>/evaluate/candidate/report/report.md, and scores.json beside it); per "
             "variant the mean over the seeds, ordered with the one-sided Welch test used here."
         ),
-        arms=("sft_only", "vanilla_grpo", "espo", "no_cout"),
+        arms={v: {"variant": v} for v in ("sft_only", "vanilla_grpo", "espo", "no_cout")},
         seeds=seeds,
-        params=params,
+        checkpoint=ESPO_CHECKPOINT,
+        run_dir="out/espo/checkpoint",
+        game="espo-smartspot",
     )
 
 

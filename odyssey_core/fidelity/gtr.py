@@ -514,21 +514,6 @@ def gtr_checkpoint_run(seeds: int = 3) -> CheckpointRun:
     """The as-published Points24 pipeline (``train-gtr/points24``: one SFT epoch on
     solver-annotated deals, then Table 2's preset) with a pretrained VLM, GTR against RL4VLM
     per training seed: what would decide the claims this comparison cannot."""
-
-    def params(arm: str, seed: int) -> dict[str, Any]:
-        tag = f"{arm}-s{seed}"
-        return {
-            "overrides": {
-                "run_dir": f"out/gtr/checkpoint-{tag}",
-                "game": f"gtr-points24-{tag}",
-                "sft": {"settings": {"seed": seed}},
-                "train": {
-                    "preset": GTR_CHECKPOINT_ARMS[arm],
-                    "overrides": {"seed": seed, "model": {"path": GTR_CHECKPOINT}},
-                },
-            }
-        }
-
     return CheckpointRun.per_arm_and_seed(
         "train-gtr/points24",
         decides=(
@@ -548,9 +533,14 @@ def gtr_checkpoint_run(seeds: int = 3) -> CheckpointRun:
             "beside it); per arm the mean over the seeds, ordered with the one-sided Welch test "
             "used here."
         ),
-        arms=tuple(GTR_CHECKPOINT_ARMS),
+        arms={
+            arm: {"overrides": {"train": {"preset": preset}}}
+            for arm, preset in GTR_CHECKPOINT_ARMS.items()
+        },
         seeds=seeds,
-        params=params,
+        checkpoint=GTR_CHECKPOINT,
+        run_dir="out/gtr/checkpoint",
+        game="gtr-points24",
     )
 
 

@@ -97,13 +97,27 @@ def test_a_report_states_its_checkpoint_runs_and_the_check_reads_them(tmp_path: 
         decides=("a claim",),
         needs="a prior",
         reads="a number",
-        arms=("espo",),
+        arms={"espo": {"variant": "espo", "overrides": {"sft": {"enabled": False}}}},
         seeds=2,
-        params=lambda arm, seed: {"variant": arm, "overrides": {"seed": seed}},
+        checkpoint="/models/m",
+        run_dir="out/x",
+        game="g",
     )
-    assert plan.runs == (
-        DeploymentRun("espo", 0, {"variant": "espo", "overrides": {"seed": 0}}),
-        DeploymentRun("espo", 1, {"variant": "espo", "overrides": {"seed": 1}}),
+    assert plan.runs == tuple(
+        DeploymentRun(
+            "espo",
+            seed,
+            {
+                "variant": "espo",
+                "overrides": {
+                    "run_dir": f"out/x-espo-s{seed}",
+                    "game": f"g-espo-s{seed}",
+                    "sft": {"enabled": False, "settings": {"seed": seed}},
+                    "train": {"overrides": {"seed": seed, "model": {"path": "/models/m"}}},
+                },
+            },
+        )
+        for seed in (0, 1)
     )
     run = FidelityRun(out_dir=tmp_path, work_dir=tmp_path / "work", seeds=3)
     report = report_for(
