@@ -20,7 +20,7 @@ import csv
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -116,18 +116,17 @@ DEFAULT = OdysseusSize(
     sb3_rollout=256,
     sb3_minibatch=64,
 )
-QUICK = OdysseusSize(
+# only what quick shrinks; the learning rates and the PPO minibatch are the default's
+QUICK = replace(
+    DEFAULT,
     name="quick",
     turn_samples=16,  # one step of 2 x 8 turns
     episodes_per_step=2,
     n_envs=2,
     max_turns=8,
     critic_warmup=0,
-    lr=3e-4,
-    minibatch=16,
     warmup_steps=4,
     warmup_batch=4,
-    warmup_lr=1e-3,
     warmup_episodes=1,
     warmup_turns=8,
     eval_episodes=2,

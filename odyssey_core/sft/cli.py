@@ -4,29 +4,27 @@ process of a ``torchrun`` / ``deepspeed`` launch)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
 from odyssey_core.launch import launched_run_options
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def required_folder_option(flag: str, dest: str, help: str) -> Callable[[F], F]:
+    """A required option naming a folder that exists (click says which one is missing)."""
+    folder = click.Path(exists=True, file_okay=False, path_type=Path)
+    return click.option(flag, dest, required=True, type=folder, help=help)
+
 
 @click.command("sft")
 @click.option("--preset", default="tiny", show_default=True, help="configs/sft/<name>.yaml or path")
-@click.option(
-    "--dataset",
-    "dataset_dir",
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="dataset folder (data.parquet + frames/)",
-)
-@click.option(
-    "--model",
-    "model_dir",
-    required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    help="base checkpoint folder",
-)
+@required_folder_option("--dataset", "dataset_dir", "dataset folder (data.parquet + frames/)")
+@required_folder_option("--model", "model_dir", "base checkpoint folder")
 @launched_run_options
 @click.option("--max-steps", type=int, default=None, help="override the preset's max_steps")
 @click.option("--seed", type=int, default=None, help="override the preset's seed")
