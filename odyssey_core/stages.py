@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from odyssey_core.common.metrics_log import METRICS_FILE
 from odyssey_core.common.redaction import redact_uri, summarise_error
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DONE_MARKER",
     "EVAL_ROWS",
+    "PIPELINE_SFT_DEFAULTS",
     "RUN_FOLDER_ID_FILE",
     "SCORES_FILE",
     "FineTuned",
@@ -66,6 +67,7 @@ __all__ = [
     "PromotionStage",
     "RowsEvaluator",
     "RunConfig",
+    "SFTStageSection",
     "Stage",
     "StageContext",
     "StagePreset",
@@ -514,6 +516,39 @@ def training_dir(work: Path, key: str) -> Path:
     train.mkdir(parents=True, exist_ok=True)
     stamp.write_text(key)
     return train
+
+
+#: What every pipeline's SFT stage shares (one epoch, as both papers with a cold start give;
+#: a cosine schedule with 3% warm-up; no held-out eval; a checkpoint every 50 steps, two kept);
+#: a recipe adds its batch and learning rate.
+PIPELINE_SFT_DEFAULTS: dict[str, Any] = {
+    "epochs": 1,
+    "lr_scheduler": "cosine",
+    "warmup_ratio": 0.03,
+    "eval_every": 0,
+    "checkpoint_every": 50,
+    "keep_checkpoints": 2,
+}
+
+
+class SFTStageSection(PipelineSection):
+    """A pipeline's ``sft:`` section: SFTSettings fields over the recipe's ``sft_defaults``,
+    checked when the pipeline config loads rather than when the SFT stage starts."""
+
+    sft_defaults: ClassVar[Mapping[str, Any]] = PIPELINE_SFT_DEFAULTS
+
+    settings: dict[str, Any] = Field(
+        default_factory=dict,
+        description="SFTSettings fields over the recipe's SFT defaults (dtype, device and "
+        "image size come from the training preset's model section)",
+    )
+
+    @model_validator(mode="after")
+    def _sft_settings_load(self) -> Self:
+        from odyssey_core.sft.settings import SFTSettings
+
+        SFTSettings.model_validate(deep_merge(dict(self.sft_defaults), self.settings))
+        return self
 
 
 def sft_settings_for(

@@ -58,10 +58,12 @@ from odyssey_core.recipes.espo.report import plot_metrics, write_online_video
 from odyssey_core.recipes.espo.settings import EspoSettings, load_espo_settings
 from odyssey_core.recipes.espo.sft_data import SFT_GAME, build_sft_dataset
 from odyssey_core.stages import (
+    PIPELINE_SFT_DEFAULTS,
     PipelineSection,
     PromotionStage,
     RowsEvaluator,
     RunConfig,
+    SFTStageSection,
     Stage,
     StageContext,
     StagePreset,
@@ -104,15 +106,10 @@ log = logging.getLogger(__name__)
 # The cold start's SFTSettings under ``sft.settings``: the paper gives one epoch and nothing
 # else; full fine-tuning at 1e-5 with a cosine schedule is our choice for a 3B model.
 ESPO_SFT_DEFAULTS: dict[str, Any] = {
-    "epochs": 1,
+    **PIPELINE_SFT_DEFAULTS,
     "batch_size": 16,
     "grad_accum_steps": 4,
     "lr": 1e-5,
-    "lr_scheduler": "cosine",
-    "warmup_ratio": 0.03,
-    "eval_every": 0,
-    "checkpoint_every": 50,
-    "keep_checkpoints": 2,
 }
 #: the training metrics the report plots against the step
 ESPO_CURVE_KEYS = (
@@ -125,7 +122,9 @@ ESPO_CURVE_KEYS = (
 ESPO_SCORE_KEYS = ("ele_acc", "op_f1", "step_sr", "rec_acc", "intent_f1", "format_valid")
 
 
-class EspoSFTStage(PipelineSection):
+class EspoSFTStage(SFTStageSection):
+    sft_defaults: ClassVar[Mapping[str, Any]] = ESPO_SFT_DEFAULTS
+
     enabled: bool = Field(default=True, description="false: the no-SFT-cold-start variant")
     epochs: int = Field(default=1, ge=1, description="the cold start's epochs (paper: one)")
     add_rl_epochs: bool = Field(
@@ -135,11 +134,6 @@ class EspoSFTStage(PipelineSection):
     )
     skip_detours: bool = Field(
         default=False, description="leave the demonstrations' detour steps out of SFT"
-    )
-    settings: dict[str, Any] = Field(
-        default_factory=dict,
-        description="SFTSettings fields over ESPO_SFT_DEFAULTS (dtype, device and image size "
-        "come from the training preset's model section)",
     )
 
 

@@ -56,9 +56,11 @@ from odyssey_core.recipes.gtr.corrector import (
 from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.recipes.gtr.settings import CorrectorChoice, load_gtr_settings
 from odyssey_core.stages import (
+    PIPELINE_SFT_DEFAULTS,
     PipelineSection,
     PromotionStage,
     RunConfig,
+    SFTStageSection,
     Stage,
     StageContext,
     StagePreset,
@@ -103,24 +105,20 @@ PROVENANCE_FILE = "gtr_training.json"  # in a trained model folder: how GTR trai
 # ``sft.settings``. The paper gives one epoch (App. B) and nothing else; the rest is LLaVA's
 # LoRA fine-tuning recipe (lr 2e-4, cosine, 3% warm-up, 128 samples per step), our choice.
 GTR_SFT_DEFAULTS: dict[str, Any] = {
-    "epochs": 1,
+    **PIPELINE_SFT_DEFAULTS,
     "batch_size": 128,
     "grad_accum_steps": 16,
     "lr": 2e-4,
-    "lr_scheduler": "cosine",
-    "warmup_ratio": 0.03,
-    "eval_every": 0,
-    "checkpoint_every": 50,
-    "keep_checkpoints": 2,
 }
 # the evaluation numbers a registered version carries as ``metric.eval.<key>`` tags
 _SUMMARY_KEYS = ("episodes", "success_rate", "success_se", "mean_return", "return_se")
 
 
-class GTRSFTStage(CorrectorChoice, PipelineSection):
+class GTRSFTStage(CorrectorChoice, SFTStageSection):
     """The SFT initialisation before GTR (App. B): corrector-annotated episodes, one epoch."""
 
     corrector_key: ClassVar[str] = "sft.corrector"
+    sft_defaults: ClassVar[Mapping[str, Any]] = GTR_SFT_DEFAULTS
 
     enabled: bool = Field(default=True, description="false: RL starts from the base model")
     episodes: int = Field(default=1000, ge=1, description="card episodes played for the data")
@@ -140,19 +138,11 @@ class GTRSFTStage(CorrectorChoice, PipelineSection):
         description="who annotates: the paper's SFT labels come from a task solver, i.e. the "
         "programmatic oracle; `{name: openai, ...}` asks a VLM instead",
     )
-    settings: dict[str, Any] = Field(
-        default_factory=dict,
-        description="SFTSettings fields over GTR_SFT_DEFAULTS (dtype, device and image size "
-        "come from the training preset's model section)",
-    )
 
     @model_validator(mode="after")
     def _check(self) -> GTRSFTStage:
-        from odyssey_core.sft.settings import SFTSettings
-
         if self.corrector == NO_CORRECTOR:
             raise ValueError("sft.corrector: the SFT data needs a corrector to annotate it")
-        SFTSettings.model_validate(deep_merge(GTR_SFT_DEFAULTS, self.settings))
         return self
 
 

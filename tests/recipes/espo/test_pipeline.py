@@ -14,6 +14,7 @@ import torch
 from odyssey_core.recipes.espo import pipeline
 from odyssey_core.recipes.espo.pipeline import (
     EspoPipelineConfig,
+    espo_sft_settings,
     load_espo_pipeline_config,
     sft_epochs,
     stage_espo_data,
@@ -80,6 +81,11 @@ def test_presets_variants_and_sweep_load() -> None:
     assert variant("espo")[1] == paper
     with pytest.raises(FileNotFoundError, match="variants: all_sft"):
         load_espo_pipeline_config("tiny", variant="no_such")
+    # a mistyped SFT field fails when the pipeline loads, naming the field, not at the SFT stage
+    with pytest.raises(ValueError, match="epoch"):
+        load_espo_pipeline_config("tiny", {"sft": {"settings": {"epoch": 1}}})
+    cold_start = espo_sft_settings(travel)  # ESPO's own batch and lr over the shared defaults
+    assert (cold_start.lr, cold_start.batch_size, cold_start.lr_scheduler) == (1e-5, 16, "cosine")
     cells = sweep_overlays()
     assert len(cells) == 9 and cells["epochs9-k2"]["train"]["overrides"] == {
         "epochs": 9,
