@@ -92,6 +92,29 @@ class HFPolicy(PolicyBackend, TurnPrompt):
         self.banned_ids = sorted({int(i) for i in banned if i is not None and i >= 0})
 
     @classmethod
+    def for_evaluation(
+        cls,
+        model_dir: str | Path,
+        system_prompt: str,
+        *,
+        image_size: tuple[int, int] | None = None,
+        image_scale: int | None = None,
+        dtype: str = "float32",
+        device: str = "cpu",
+    ) -> HFPolicy:
+        """A policy on a plain model folder, in eval mode, answering under ``system_prompt``."""
+        policy = cls(
+            Path(model_dir),
+            system_prompt=system_prompt,
+            image_size=image_size,
+            image_scale=image_scale,
+            dtype=dtype,
+            device=device,
+        )
+        policy.model.eval()
+        return policy
+
+    @classmethod
     def from_config(
         cls, config: ModelConfig, *, game: str = "odland", system_prompt: str | None = None
     ) -> HFPolicy:

@@ -131,16 +131,14 @@ def load_espo_policy(
     device: str = "cpu",
 ) -> HFPolicy:
     """An :class:`HFPolicy` on a plain model folder with the ESPO system prompt."""
-    policy = HFPolicy(
-        Path(model_dir),
-        system_prompt=ESPO_SYSTEM_PROMPT,
+    return HFPolicy.for_evaluation(
+        model_dir,
+        ESPO_SYSTEM_PROMPT,
         image_size=image_size,
         image_scale=image_scale,
         dtype=dtype,
         device=device,
     )
-    policy.model.eval()
-    return policy
 
 
 def _starts(episodes: list[EpisodeRecord]) -> list[EpisodeStart]:

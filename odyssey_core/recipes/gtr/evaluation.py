@@ -176,16 +176,14 @@ def load_gtr_policy(
 ) -> Any:
     """An :class:`HFPolicy` on a plain model folder, with the system prompt GTR trains that env
     with (a card game's, or ALFWorld's), for the env as ``env_kwargs`` configures it."""
-    policy = HFPolicy(
-        Path(model_dir),
-        system_prompt=gtr_system_prompt(env_name, env_kwargs),
+    return HFPolicy.for_evaluation(
+        model_dir,
+        gtr_system_prompt(env_name, env_kwargs),
         image_size=image_size,
         image_scale=image_scale,
         dtype=dtype,
         device=device,
     )
-    policy.model.eval()
-    return policy
 
 
 @dataclass

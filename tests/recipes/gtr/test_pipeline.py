@@ -219,6 +219,7 @@ def test_sft_trains_the_prompts_rl_samples(tmp_path: Path, tiny_model_dir: Path)
     )
     row = SFTDataset(data.dataset_dir).samples[0]
     policy = load_gtr_policy(tiny_model_dir, env, image_size=(96, 64))
+    assert not policy.model.training and policy.system_prompt == gtr_system_prompt(env)
     collator = SFTCollator(
         policy.processor, image_size=(96, 64), system_prompts={"numberline": gtr_system_prompt(env)}
     )
