@@ -53,10 +53,10 @@ from odyssey_core.fidelity.report import (
 from odyssey_core.fidelity.run import FidelityRun
 from odyssey_core.fidelity.stats import combine, format_mean_se, mean_se, ordering, seed_band
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.recipes.espo.evaluation import (
     best_achievable_rec_acc,
     evaluate_offline,
-    load_espo_policy,
 )
 from odyssey_core.recipes.espo.metrics import EspoMetrics, evaluate_outcomes, trivial_baselines
 from odyssey_core.recipes.espo.pipeline import (
@@ -251,7 +251,9 @@ def evaluate_model(
     """Greedy, teacher-forced answers to every demonstrated step of the held-out episodes
     (:func:`evaluation_episodes`), scored with the recipe's metrics and bootstrap intervals."""
     settings = load_espo_settings("tiny")
-    policy = load_espo_policy(model, image_size=settings.model.image_size)
+    policy = HFPolicy.for_evaluation(
+        model, ESPO_SYSTEM_PROMPT, image_size=settings.model.image_size
+    )
     generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
     episodes, outcomes = [], []
     for split, chosen in evaluation_episodes(data, limit).items():

@@ -175,14 +175,14 @@ def eval_command(
         return
 
     from odyssey_core.policy.base import GenerationParams
-    from odyssey_core.recipes.espo.evaluation import (
-        evaluate_offline,
-        evaluate_online,
-        load_espo_policy,
-    )
+    from odyssey_core.policy.hf import HFPolicy
+    from odyssey_core.recipes.espo.evaluation import evaluate_offline, evaluate_online
+    from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 
     model = paths[0]
-    policy = load_espo_policy(model, image_size=image_size, device=device)
+    policy = HFPolicy.for_evaluation(
+        model, ESPO_SYSTEM_PROMPT, image_size=image_size, device=device
+    )
     generation = GenerationParams(temperature=0.0, max_new_tokens=max_new_tokens)
     model_outcomes, successes = [], []
     for split, chosen in by_split.items():

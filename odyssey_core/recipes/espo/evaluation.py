@@ -37,9 +37,7 @@ from odyssey_core.envs.persona.episode import EpisodeRecord
 from odyssey_core.envs.persona.users import User
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.policy.base import GenerationParams
-from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.recipes.espo.metrics import StepOutcome, outcome_from_response
-from odyssey_core.recipes.espo.prompts import ESPO_SYSTEM_PROMPT
 from odyssey_core.rollout.collector import (
     Collector,
     EpisodeBegin,
@@ -54,7 +52,6 @@ __all__ = [
     "best_achievable_rec_acc",
     "evaluate_offline",
     "evaluate_online",
-    "load_espo_policy",
 ]
 
 
@@ -120,25 +117,6 @@ def best_achievable_rec_acc(episodes: Iterable[EpisodeRecord]) -> RecAccCeiling:
     mixed = sum(sum(c.values()) for c in classes.values() if len(c) > 1)
     value = best / judged if judged else None
     return RecAccCeiling(value, judged, steps, len(classes), mixed)
-
-
-def load_espo_policy(
-    model_dir: str | Path,
-    *,
-    image_size: tuple[int, int] | None = None,
-    image_scale: int | None = None,
-    dtype: str = "float32",
-    device: str = "cpu",
-) -> HFPolicy:
-    """An :class:`HFPolicy` on a plain model folder with the ESPO system prompt."""
-    return HFPolicy.for_evaluation(
-        model_dir,
-        ESPO_SYSTEM_PROMPT,
-        image_size=image_size,
-        image_scale=image_scale,
-        dtype=dtype,
-        device=device,
-    )
 
 
 def _starts(episodes: list[EpisodeRecord]) -> list[EpisodeStart]:

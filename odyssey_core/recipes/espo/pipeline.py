@@ -39,13 +39,13 @@ from odyssey_core.config import config_dir, deep_merge, read_preset
 from odyssey_core.envs.persona.dataset import read_dataset, read_manifest
 from odyssey_core.eval.report import plot_training_curves
 from odyssey_core.policy.base import GenerationParams
+from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.recipe import RECIPES, Evaluation
 from odyssey_core.recipes.espo.data import resolve_dataset
 from odyssey_core.recipes.espo.evaluation import (
     best_achievable_rec_acc,
     evaluate_offline,
     evaluate_online,
-    load_espo_policy,
 )
 from odyssey_core.recipes.espo.metrics import (
     evaluate_outcomes,
@@ -438,8 +438,9 @@ def evaluate_espo_model(
     s = _train_settings(cfg)
     e = cfg.eval
     model = local_copy(cfg, model_ref, out_dir, "fetched")
-    policy = load_espo_policy(
+    policy = HFPolicy.for_evaluation(
         model,
+        ESPO_SYSTEM_PROMPT,
         image_size=s.model.image_size,
         image_scale=s.model.image_scale,
         dtype=s.model.dtype,

@@ -19,7 +19,6 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,10 +27,8 @@ from odyssey_core.envs.registry import make_env
 from odyssey_core.envs.vector import SyncVectorEnv
 from odyssey_core.eval.collapse import CollapseReport, CollapseSettings, collapse_metrics, tokens
 from odyssey_core.policy.base import GenerationParams
-from odyssey_core.policy.hf import HFPolicy
 from odyssey_core.protocol.gtr_format import parse_gtr_response
 from odyssey_core.protocol.parsing import ParsedResponse
-from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
 from odyssey_core.rollout.collector import (
     Collector,
     EpisodeBegin,
@@ -46,7 +43,6 @@ __all__ = [
     "action_words",
     "evaluate_gtr_policy",
     "gtr_collapse_metrics",
-    "load_gtr_policy",
 ]
 
 # Words a thought may use for a card-game action (the collapse monitor's "agreement").
@@ -162,28 +158,6 @@ class GTREvaluation:
         if metric == "success":
             return [float(s) for s in self.successes]
         raise ValueError(f"unknown score metric {metric!r}; use 'return' or 'success'")
-
-
-def load_gtr_policy(
-    model_dir: str | Path,
-    env_name: str,
-    *,
-    image_size: tuple[int, int] | None = None,
-    image_scale: int | None = None,
-    dtype: str = "float32",
-    device: str = "cpu",
-    env_kwargs: dict[str, Any] | None = None,
-) -> Any:
-    """An :class:`HFPolicy` on a plain model folder, with the system prompt GTR trains that env
-    with (a card game's, or ALFWorld's), for the env as ``env_kwargs`` configures it."""
-    return HFPolicy.for_evaluation(
-        model_dir,
-        gtr_system_prompt(env_name, env_kwargs),
-        image_size=image_size,
-        image_scale=image_scale,
-        dtype=dtype,
-        device=device,
-    )
 
 
 @dataclass

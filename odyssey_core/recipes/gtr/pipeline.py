@@ -468,20 +468,20 @@ def evaluate_gtr_model(
     """Evaluate one model (store URI or local folder) as configured, no marker: the summary,
     per-episode scores (``returns``, ``successes``, ``seeds``) and the files written."""
     from odyssey_core.policy.base import GenerationParams
-    from odyssey_core.recipes.gtr.evaluation import evaluate_gtr_policy, load_gtr_policy
+    from odyssey_core.policy.hf import HFPolicy
+    from odyssey_core.recipes.gtr.evaluation import evaluate_gtr_policy
 
     out_dir.mkdir(parents=True, exist_ok=True)
     inputs = _eval_inputs(cfg)
     model = local_copy(cfg, model_ref, out_dir)
     m = _train_settings(cfg).model
-    policy = load_gtr_policy(
+    policy = HFPolicy.for_evaluation(
         model,
-        inputs["env"],
+        gtr_system_prompt(inputs["env"], inputs["env_kwargs"]),
         image_size=m.image_size,
         image_scale=m.image_scale,
         dtype=m.dtype,
         device=m.device,
-        env_kwargs=inputs["env_kwargs"],
     )
     provenance = read_provenance(model)
     evaluation = evaluate_gtr_policy(

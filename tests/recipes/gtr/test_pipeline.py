@@ -207,8 +207,8 @@ def test_sft_trains_the_prompts_rl_samples(tmp_path: Path, tiny_model_dir: Path)
     """The SFT collator, given GTR's system prompt, encodes a row exactly as the GTR policy
     encodes the same observation."""
     from odyssey_core.envs.base import Observation
+    from odyssey_core.policy.hf import HFPolicy
     from odyssey_core.recipes.gtr.corrector import make_corrector
-    from odyssey_core.recipes.gtr.evaluation import load_gtr_policy
     from odyssey_core.recipes.gtr.prompts import gtr_system_prompt
     from odyssey_core.recipes.gtr.sft_data import collect_corrector_episodes
     from odyssey_core.sft.data import SFTCollator, SFTDataset
@@ -218,7 +218,7 @@ def test_sft_trains_the_prompts_rl_samples(tmp_path: Path, tiny_model_dir: Path)
         env, {}, make_corrector("programmatic"), tmp_path / "d", episodes=1, seed=0, val_share=0
     )
     row = SFTDataset(data.dataset_dir).samples[0]
-    policy = load_gtr_policy(tiny_model_dir, env, image_size=(96, 64))
+    policy = HFPolicy.for_evaluation(tiny_model_dir, gtr_system_prompt(env), image_size=(96, 64))
     assert not policy.model.training and policy.system_prompt == gtr_system_prompt(env)
     collator = SFTCollator(
         policy.processor, image_size=(96, 64), system_prompts={"numberline": gtr_system_prompt(env)}
