@@ -59,14 +59,9 @@ def main() -> None:
     logging.getLogger("odyssey_core.recipes.gtr.train").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="gtr-warmup-") as tmp:
         work = args.work or Path(tmp)
-        sizes = replace(gtr.DEFAULT_SIZES, warmup_steps=args.steps, warmup_lr=args.lr)
+        sizes = replace(gtr.DEFAULT_SIZES, warmup_lr=args.lr)
         base = ensure_tiny_model(work / "tiny-base", seed=0)
-        settings = gtr.sized_settings(
-            gtr.WARM_UP.preset, args.env, base, args.seed, sizes, args.lr, gtr.WARM_UP
-        )
-        settings = settings.model_copy(
-            update={"sft": settings.sft.model_copy(update={"target": "full_response"})}
-        )
+        settings = gtr.warm_up_settings(args.env, base, args.seed, sizes)
         if args.image_size is not None:
             model = settings.model.model_copy(update={"image_size": tuple(args.image_size)})
             settings = settings.model_copy(update={"model": model})

@@ -359,6 +359,15 @@ def sized_settings(
 WARM_UP = Method("warm-up", "sft_only", "programmatic", {})
 
 
+def warm_up_settings(env: str, model: Path, seed: int, sizes: GTRSizes) -> GTRSettings:
+    """The format warm-up's settings: :data:`WARM_UP` at ``sizes``' warm-up learning rate,
+    cloning the whole answer (thought and action), not the thought alone."""
+    settings = sized_settings(WARM_UP.preset, env, model, seed, sizes, sizes.warmup_lr, WARM_UP)
+    return settings.model_copy(
+        update={"sft": settings.sft.model_copy(update={"target": "full_response"})}
+    )
+
+
 @dataclass(frozen=True)
 class WarmStart:
     """The format warm-up of one (env, seed): its policy folder and its evaluation on the
@@ -382,13 +391,7 @@ def _warm_start(run: FidelityRun, env: str, seed: int, sizes: GTRSizes, quick: b
     out = run.work_dir / "warm" / key
 
     def compute() -> dict[str, Any]:
-        settings = sized_settings(
-            WARM_UP.preset, env, _base_model(run), seed, sizes, sizes.warmup_lr, WARM_UP
-        )
-        settings = settings.model_copy(
-            update={"sft": settings.sft.model_copy(update={"target": "full_response"})}
-        )
-        trainer = build_trainer(settings, out)
+        trainer = build_trainer(warm_up_settings(env, _base_model(run), seed, sizes), out)
         try:
             train_for({"warm": trainer}, steps=sizes.warmup_steps)
             folder = policy_dir(trainer.save())
