@@ -77,6 +77,32 @@ def test_numberline_rules() -> None:
     assert env.step("+")[1:3] == (1.0, True)
 
 
+def test_numberline_panels_show_each_number_in_its_own_third() -> None:
+    env = NumberlineEnv(layout="panels")
+    frames = {}
+    for target, current in [(1, 4), (3, 4), (3, 0)]:
+        obs, _ = env.reset(seed=0, options={"target": target, "current": current})
+        frames[target, current] = obs.image
+    third = env.image_size[0] // 3
+    left, middle, right = (slice(None, third), slice(third, 2 * third), slice(2 * third, None))
+
+    def same(a: tuple[int, int], b: tuple[int, int], columns: slice) -> bool:
+        return np.array_equal(frames[a][:, columns], frames[b][:, columns])
+
+    # the target lives in the left third, the current number in the right one
+    assert same((1, 4), (3, 4), right) and not same((1, 4), (3, 4), left)
+    assert same((3, 4), (3, 0), left) and not same((3, 4), (3, 0), right)
+    # the middle third is bare table below the labels, so no patch sees both numbers
+    table = frames[1, 4][env.image_size[1] // 4 :, middle]
+    assert (table == table[0, 0]).all()
+    # the rules do not depend on the layout
+    env.reset(seed=0, options={"target": 3, "current": 2})
+    assert env.step("-")[1] == -1.0 and env.step("+")[1] == 0.0
+    assert env.step("+")[1:3] == (1.0, True)
+    with pytest.raises(ValueError, match="layout must be one of lines, panels"):
+        NumberlineEnv(layout="grid")
+
+
 def test_ezpoints_always_solvable_in_four_steps() -> None:
     env = EZPointsEnv()
     for seed in range(25):

@@ -15,7 +15,14 @@ import gymnasium
 import numpy as np
 
 from odyssey_core.envs.base import Observation, StepResult, TurnEnv
-from odyssey_core.envs.cards.render import RANKS, SUITS, Card, card_value, render_table
+from odyssey_core.envs.cards.render import (
+    RANKS,
+    SUITS,
+    Card,
+    card_value,
+    render_panels,
+    render_table,
+)
 from odyssey_core.envs.cards.solver import evaluate_tokens, solvable
 from odyssey_core.protocol.gtr_format import GTRParsed, parse_gtr_response, resolve
 
@@ -164,8 +171,16 @@ class CardsEnv(TurnEnv):
 
 # ---------------------------------------------------------------------------------- Numberline
 class NumberlineEnv(CardsEnv):
-    """Move ``current`` to ``target`` (both in ``[0, max_value]``) with ``+`` and ``-``; the
-    two numbers are drawn in a ``font_size`` font (a larger one stays legible in small frames)."""
+    """Move ``current`` to ``target`` (both in ``[0, max_value]``) with ``+`` and ``-``.
+
+    ``layout`` is how the frame shows the two numbers: ``"lines"`` (gym_cards' look) as two
+    caption lines, "Target: t" over "Current: c", in a ``font_size`` font; ``"panels"`` each
+    number large in its own third of the frame (the left and the right one), so that a
+    vision encoder with coarse patches sees each number in patches of its own. The rules are
+    the same in both.
+    """
+
+    LAYOUTS = ("lines", "panels")
 
     game = "numberline"
 
@@ -176,13 +191,17 @@ class NumberlineEnv(CardsEnv):
         max_steps: int = 10,
         image_size: tuple[int, int] = (480, 320),
         font_size: int = 20,
+        layout: str = "lines",
     ) -> None:
         if max_value < 1:
             raise ValueError("max_value must be >= 1")
         if font_size < 1:
             raise ValueError(f"font_size must be >= 1, got {font_size}")
+        if layout not in self.LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(self.LAYOUTS)}; got {layout!r}")
         self.max_value = max_value
         self.font_size = int(font_size)
+        self.layout = layout
         self.legal_actions = ["+", "-"]
         self.target = 0
         self.current = 0
@@ -206,6 +225,10 @@ class NumberlineEnv(CardsEnv):
         return (-1.0 if after >= before else 0.0), False, {"success": False}
 
     def _frame(self) -> np.ndarray:
+        if self.layout == "panels":
+            return render_panels(
+                [("Target", str(self.target)), ("Current", str(self.current))], self.image_size
+            )
         return render_table(
             [],
             [f"Target: {self.target}", f"Current: {self.current}"],

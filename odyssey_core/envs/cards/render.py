@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 from odyssey_core.common.images import Font, load_font
 
-__all__ = ["RANKS", "SUITS", "Card", "card_value", "render_table"]
+__all__ = ["RANKS", "SUITS", "Card", "card_value", "render_panels", "render_table"]
 
 RANKS: tuple[str, ...] = ("A", "2", "3", "4", "5", "6", "7", "8", "9", "10", "J", "Q", "K")
 SUITS: tuple[str, ...] = ("S", "H", "D", "C")  # spades, hearts, diamonds, clubs
@@ -165,5 +165,34 @@ def render_table(
             fill=(255, 255, 255),
             font=caption_font,
             anchor="mm",
+        )
+    return np.asarray(image, dtype=np.uint8).copy()
+
+
+def render_panels(
+    panels: Sequence[tuple[str, str]], size: tuple[int, int] = (480, 320)
+) -> np.ndarray:
+    """Each ``(label, value)`` in its own column of the table, the label small at the top and
+    the value as large as the column allows, with an empty column between neighbours: a model
+    that sees the frame as a few coarse patches finds each value in patches of its own."""
+    width, height = size
+    image = Image.new("RGB", size, _TABLE)
+    draw = ImageDraw.Draw(image)
+    columns = max(1, 2 * len(panels) - 1)  # panel k in column 2k, blanks between
+    column = width / columns
+    label_font = _font(max(8, height // 12))
+    for k, (label, value) in enumerate(panels):
+        cx = column * (2 * k + 0.5)
+        draw.text((cx, height * 0.08), label, fill=(255, 255, 255), font=label_font, anchor="mm")
+        # the largest font whose value fits its column and the space under the label
+        size_pt = int(height * 0.7)
+        while size_pt > 8:
+            font = _font(size_pt)
+            left, top, right, bottom = draw.textbbox((0, 0), value, font=font)
+            if right - left <= 0.9 * column and bottom - top <= 0.75 * height:
+                break
+            size_pt -= 4
+        draw.text(
+            (cx, height * 0.58), value, fill=(255, 255, 255), font=_font(size_pt), anchor="mm"
         )
     return np.asarray(image, dtype=np.uint8).copy()
