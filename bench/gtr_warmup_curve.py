@@ -10,6 +10,9 @@ steps, printing one JSON line per evaluation and a table at the end:
 
     .venv/bin/python bench/gtr_warmup_curve.py --env cards-numberline --steps 300 --every 100
     .venv/bin/python bench/gtr_warmup_curve.py --image-size 192 128
+    .venv/bin/python bench/gtr_warmup_curve.py --env-kwarg layout=lines --env-kwarg font_size=72
+
+``--env-kwarg`` replaces one of the comparison's variant settings (``GTRSizes.variants``).
 
 The floor printed beside the curve is ``fidelity.gtr.random_play_success`` on the same deals.
 """
@@ -23,8 +26,10 @@ import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
+import yaml
 
 from odyssey_core.fidelity import gtr
 from odyssey_core.models.tiny import ensure_tiny_model
@@ -47,8 +52,26 @@ def parse_args() -> argparse.Namespace:
         default=None,
         help="the policy's frame size (default: configs/gtr/tiny.yaml's)",
     )
+    parser.add_argument(
+        "--env-kwarg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an env setting over the comparison's variant (VALUE read as YAML); repeatable",
+    )
     parser.add_argument("--work", type=Path, default=None, help="default: a temporary folder")
     return parser.parse_args()
+
+
+def variant_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["layout=lines", "font_size=72"]`` -> ``{"layout": "lines", "font_size": 72}``."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--env-kwarg takes KEY=VALUE, got {pair!r}")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def main() -> None:
@@ -59,7 +82,15 @@ def main() -> None:
     logging.getLogger("odyssey_core.recipes.gtr.train").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="gtr-warmup-") as tmp:
         work = args.work or Path(tmp)
-        sizes = replace(gtr.DEFAULT_SIZES, warmup_lr=args.lr)
+        variant = {
+            **gtr.DEFAULT_SIZES.variants.get(args.env, {}),
+            **variant_overrides(args.env_kwarg),
+        }
+        sizes = replace(
+            gtr.DEFAULT_SIZES,
+            warmup_lr=args.lr,
+            variants={**gtr.DEFAULT_SIZES.variants, args.env: variant},
+        )
         base = ensure_tiny_model(work / "tiny-base", seed=0)
         settings = gtr.warm_up_settings(args.env, base, args.seed, sizes)
         if args.image_size is not None:
@@ -88,7 +119,8 @@ def main() -> None:
         finally:
             trainer.close()
     print(
-        f"\n{args.env}, frames {tuple(settings.model.image_size)}, lr {args.lr}, seed "
+        f"\n{args.env} {sizes.env_kwargs(args.env)}, frames {tuple(settings.model.image_size)}, "
+        f"lr {args.lr}, seed "
         f"{args.seed}, {args.episodes} deals; random legal play: {floor:.3f}\n"
     )
     print("| warm-up steps | success ± s.e. | invalid answers | elapsed s |")
