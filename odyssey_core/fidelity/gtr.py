@@ -264,11 +264,10 @@ VARIANTS_WHY = (
 # Points24 is left out of the default size: no warm-up this CPU can afford solves a deal (every
 # model of the 30-step run, bench/RESULTS.md, solved 0 of 48), so its findings could decide
 # nothing; `--comparison gtr` with GTRSizes(envs=ENVS, ...) still runs it. The warm-ups get 180
-# steps. On the panels layout Numberline's warm-up reads the numbers only after a while: seed 0
-# measured 0.46 success on the evaluation deals after 60 steps, 0.67 after 120 and 0.96 after
-# 180 (random legal play 0.50), and the 3-seed run at 120 steps solved 14, 12 and 11 of 24 (4%
-# of the range, flagged near the floor; bench/RESULTS.md). 20 RL steps follow, and 24 deals per
-# model make the success estimate finer.
+# steps. On the panels layout Numberline's warm-up reads the numbers only after a while: at 120
+# steps the 3-seed run's warm-ups solved 14, 12 and 11 of 24 evaluation deals (0.51, flagged
+# near random play's 0.50); at 180 the 5-seed run's solved 82 of 120 (0.68, 37% of the range;
+# bench/RESULTS.md). 20 RL steps follow, and 24 deals per model make the success estimate finer.
 DEFAULT_SIZES = GTRSizes(
     envs=("cards-numberline", "cards-ezpoints"),
     steps=20,

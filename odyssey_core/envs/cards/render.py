@@ -186,13 +186,12 @@ def render_panels(
         draw.text((cx, height * 0.08), label, fill=(255, 255, 255), font=label_font, anchor="mm")
         # the largest font whose value fits its column and the space under the label
         size_pt = int(height * 0.7)
+        font = _font(size_pt)
         while size_pt > 8:
-            font = _font(size_pt)
             left, top, right, bottom = draw.textbbox((0, 0), value, font=font)
             if right - left <= 0.9 * column and bottom - top <= 0.75 * height:
                 break
             size_pt -= 4
-        draw.text(
-            (cx, height * 0.58), value, fill=(255, 255, 255), font=_font(size_pt), anchor="mm"
-        )
+            font = _font(size_pt)
+        draw.text((cx, height * 0.58), value, fill=(255, 255, 255), font=font, anchor="mm")
     return np.asarray(image, dtype=np.uint8).copy()
